@@ -1,0 +1,59 @@
+package pins
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseOverrides(t *testing.T) {
+	got, err := Default.ParseOverrides(" MG-CONDITION-MAP-ORDER=fixed, ,MO-CLAIM-FINALIZE-STUCK=LIVE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got["MG-CONDITION-MAP-ORDER"] != Fixed || got["MO-CLAIM-FINALIZE-STUCK"] != Live || len(got) != 2 {
+		t.Fatalf("overrides = %v", got)
+	}
+	for in, want := range map[string]string{
+		"MG-CONDITION-MAP-ORDER":        "has no '='",
+		"NOPE=live":                     "not in the catalog",
+		"MG-CONDITION-MAP-ORDER=broken": "must be live or fixed",
+		"MG-CONDITION-MAP-ORDER=live,MG-CONDITION-MAP-ORDER=fixed": "twice",
+	} {
+		if _, err := Default.ParseOverrides(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseOverrides(%q) error = %v, want it to say %q", in, err, want)
+		}
+	}
+}
+
+func TestStates(t *testing.T) {
+	mg := Default.States("MG-", map[string]State{"MG-CONDITION-MAP-ORDER": Fixed, "MG-UNNAMED-FIELD-OWNER": Live})
+	if len(mg) != 6 {
+		t.Fatalf("want the six MG- defects, got %v", mg)
+	}
+	if mg["MG-CONDITION-MAP-ORDER"] || !mg["MG-UNNAMED-FIELD-OWNER"] || mg["MG-NO-REQUEUE-UNCONVERGED"] {
+		t.Fatalf("states = %v", mg)
+	}
+	t.Setenv(EnvVar, "MG-NO-REQUEUE-UNCONVERGED=live")
+	if st, err := Default.State("MG-NO-REQUEUE-UNCONVERGED"); err != nil || st != Live {
+		t.Fatalf("State = %v, %v", st, err)
+	}
+	if st, err := Default.State("MG-CONDITION-MAP-ORDER"); err != nil || st != Live {
+		t.Fatalf("State(default live) = %v, %v", st, err)
+	}
+}
+
+func TestCatalogIsComplete(t *testing.T) {
+	seen := map[string]bool{}
+	for _, d := range Default {
+		if seen[d.ID] {
+			t.Errorf("%s listed twice", d.ID)
+		}
+		seen[d.ID] = true
+		if d.Title == "" || d.Source == "" || len(d.Specs) == 0 || d.Retire == "" || (d.Default != Live && d.Default != Fixed) {
+			t.Errorf("%s is incomplete: %+v", d.ID, d)
+		}
+	}
+	if len(Default) != 12 {
+		t.Errorf("catalog has %d entries, DESIGN.md §7 lists 12", len(Default))
+	}
+}

@@ -1,0 +1,405 @@
+package suite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/go-logr/logr"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	logf "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+)
+
+// Options configures Boot.
+type Options struct {
+	// CRDDirectoryPaths are directories (or files) of CRD YAML to install; each must exist and hold at least
+	// one CRD, relative paths are resolved against the working directory.
+	CRDDirectoryPaths []string
+	// Scheme knows every kind the managers, the Cases and WatchKinds use. Required.
+	Scheme *runtime.Scheme
+	// Managers are started in order once envtest is up; each name must be unique and non-empty.
+	Managers []ManagerOptions
+	// WatchKinds are the kinds the event stream watches in every namespace (prototypes such as
+	// &corev1.Pod{}); quiescence and Case cleanup look at these kinds.
+	WatchKinds []client.Object
+	// RequeueClamp is the longest RequeueAfter handed to controller-runtime; longer asked delays are
+	// shortened to it (the asked value stays in the Pass). Default 50 ms; negative disables compression.
+	RequeueClamp time.Duration
+	// Pins is the defect catalog KnownDefect checks references against; nil accepts any non-empty reference.
+	Pins PinCatalog
+	// ArtifactsDir receives failure dumps. Default: $ENSEMBLE_ARTIFACTS, else <os temp dir>/ensemble-artifacts.
+	ArtifactsDir string
+	// StartTimeout bounds the start of each control-plane component and of each manager's cache sync.
+	// Default 60 s.
+	StartTimeout time.Duration
+	// StopTimeout bounds Stop: managers, then kube-apiserver and etcd. Default 20 s.
+	StopTimeout time.Duration
+	// Logger receives controller-runtime's logs. Default: discarded, unless ENSEMBLE_LOG=1 (then stderr).
+	Logger *logr.Logger
+}
+
+// ManagerOptions describes one controller-runtime Manager: one operator instance.
+type ManagerOptions struct {
+	// Name labels the manager's writes and passes ("name/controller"); unique and non-empty.
+	Name string
+	// Scheme for this manager; default Options.Scheme.
+	Scheme *runtime.Scheme
+	// Cache options, e.g. DefaultNamespaces to scope the manager to one namespace as production would.
+	Cache cache.Options
+	// Ungated runs the manager wired as in production: its requests are recorded but never refused by the
+	// gate. Fakes run ungated; so does a second operator instance whose own scoping is under test.
+	Ungated bool
+	// UserAgent for the manager's API requests; default "ensemble-<Name>/v0". The API server names an
+	// unnamed field manager after the part before the first "/".
+	UserAgent string
+	// LeaderElection turns leader election on, with LeaderElectionID as the Lease name in
+	// LeaderElectionNamespace (default "default").
+	LeaderElection          bool
+	LeaderElectionID        string
+	LeaderElectionNamespace string
+	// Register sets up the manager's controllers (and anything else it runs) through the Wiring. Required.
+	Register func(mgr manager.Manager, w Wiring) error
+}
+
+// Suite is one booted envtest with its managers, recorder, event stream and gate. Boot makes it; Stop ends it.
+type Suite struct {
+	// Config reaches the API server as an administrator.
+	Config *rest.Config
+	// Client is a direct (uncached, unrecorded) administrator client.
+	Client client.Client
+	// EnvtestBoot is how long kube-apiserver and etcd took to start and the CRDs to install.
+	EnvtestBoot time.Duration
+	// Ready is how long Boot took in all, managers started and caches synced.
+	Ready time.Duration
+
+	opts     Options
+	env      *envtest.Environment
+	rec      *Recorder
+	stream   *Stream
+	gate     *Gate
+	notify   *broadcast
+	cancel   context.CancelFunc
+	mu       sync.Mutex
+	managers map[string]*Manager
+	order    []string
+	stopOnce sync.Once
+	stopErr  error
+	children []int
+	sigDone  chan struct{}
+	dumpers  []Dumper
+}
+
+// Manager is a running manager started by Boot or StartManager.
+type Manager struct {
+	// Name is ManagerOptions.Name.
+	Name string
+	mgr  manager.Manager
+	stop context.CancelFunc
+	done chan error
+	once sync.Once
+	err  error
+	s    *Suite
+}
+
+// Manager returns the controller-runtime manager (its client, cache and scheme).
+func (m *Manager) Manager() manager.Manager { return m.mgr }
+
+// Stop stops the manager and waits (bounded by Options.StopTimeout) for its controllers to return.
+// Errors: the manager's own error, or a timeout.
+func (m *Manager) Stop() error {
+	m.once.Do(func() {
+		m.stop()
+		select {
+		case err := <-m.done:
+			if err != nil && !errors.Is(err, context.Canceled) {
+				m.err = fmt.Errorf("suite: manager %s: %w", m.Name, err)
+			}
+		case <-time.After(m.s.opts.StopTimeout):
+			m.err = fmt.Errorf("suite: manager %s did not stop within %s", m.Name, m.s.opts.StopTimeout)
+		}
+		m.s.mu.Lock()
+		delete(m.s.managers, m.Name)
+		m.s.mu.Unlock()
+	})
+	return m.err
+}
+
+// Boot starts envtest (the binaries resolved by AssetsDir), installs the CRDs, starts the event stream and
+// one manager per ManagerOptions, and returns once every cache has synced. On SIGINT or SIGTERM it stops
+// everything it started and re-raises the signal, so no kube-apiserver or etcd outlives the test process.
+//
+// Errors (each one line that says what to do): missing envtest binaries, a CRD path that does not exist
+// or holds no CRD, a nil Scheme, an empty or duplicate manager name, a manager that fails to register or
+// start. Whatever Boot started is stopped before it returns an error.
+func Boot(ctx context.Context, opts Options) (*Suite, error) {
+	start := time.Now()
+	if err := opts.defaults(); err != nil {
+		return nil, err
+	}
+	if err := validateManagers(opts.Managers); err != nil {
+		return nil, err
+	}
+	assets, err := AssetsDir()
+	if err != nil {
+		return nil, err
+	}
+	crdPaths, err := resolveCRDPaths(opts.CRDDirectoryPaths)
+	if err != nil {
+		return nil, err
+	}
+	if opts.Logger != nil {
+		logf.SetLogger(*opts.Logger)
+	} else if os.Getenv("ENSEMBLE_LOG") == "1" {
+		logf.SetLogger(zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr)))
+	} else {
+		logf.SetLogger(logr.Discard())
+	}
+	reapOrphans()
+
+	notify := newBroadcast()
+	s := &Suite{opts: opts, notify: notify, rec: newRecorder(opts.Scheme, notify), stream: newStream(opts.Scheme, notify),
+		gate: newGate(), managers: map[string]*Manager{}, sigDone: make(chan struct{})}
+	s.env = &envtest.Environment{
+		BinaryAssetsDirectory:    assets,
+		CRDDirectoryPaths:        crdPaths,
+		ErrorIfCRDPathMissing:    true,
+		Scheme:                   opts.Scheme,
+		ControlPlaneStartTimeout: opts.StartTimeout,
+		ControlPlaneStopTimeout:  opts.StopTimeout,
+	}
+	s.watchSignals()
+	cfg, err := s.env.Start()
+	s.children = recordChildren()
+	if err != nil {
+		_ = s.Stop()
+		return nil, fmt.Errorf("suite: envtest did not start with binaries from %s: %w (rebuild them with `make envtest-assets`)", assets, err)
+	}
+	s.EnvtestBoot = time.Since(start)
+	s.Config = cfg
+	if s.Client, err = client.New(cfg, client.Options{Scheme: opts.Scheme}); err != nil {
+		_ = s.Stop()
+		return nil, fmt.Errorf("suite: client: %w", err)
+	}
+
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	streamCache, err := cache.New(cfg, cache.Options{Scheme: opts.Scheme})
+	if err == nil {
+		err = s.stream.watch(runCtx, streamCache, opts.WatchKinds)
+	}
+	if err != nil {
+		_ = s.Stop()
+		return nil, err
+	}
+	go func() { _ = streamCache.Start(runCtx) }()
+	syncCtx, syncCancel := context.WithTimeout(runCtx, opts.StartTimeout)
+	defer syncCancel()
+	if !streamCache.WaitForCacheSync(syncCtx) {
+		_ = s.Stop()
+		return nil, fmt.Errorf("suite: the event stream's cache did not sync within %s", opts.StartTimeout)
+	}
+	for _, mo := range opts.Managers {
+		if _, err := s.StartManager(mo); err != nil {
+			_ = s.Stop()
+			return nil, err
+		}
+	}
+	s.Ready = time.Since(start)
+	return s, nil
+}
+
+func (o *Options) defaults() error {
+	if o.Scheme == nil {
+		return errors.New("suite: Options.Scheme is nil: build a runtime.Scheme with clientgoscheme.AddToScheme and each operator's AddToScheme")
+	}
+	if o.RequeueClamp == 0 {
+		o.RequeueClamp = 50 * time.Millisecond
+	}
+	if o.StartTimeout == 0 {
+		o.StartTimeout = 60 * time.Second
+	}
+	if o.StopTimeout == 0 {
+		o.StopTimeout = 20 * time.Second
+	}
+	if o.ArtifactsDir == "" {
+		o.ArtifactsDir = os.Getenv("ENSEMBLE_ARTIFACTS")
+	}
+	if o.ArtifactsDir == "" {
+		o.ArtifactsDir = filepath.Join(os.TempDir(), "ensemble-artifacts")
+	}
+	return nil
+}
+
+func validateManagers(ms []ManagerOptions) error {
+	seen := map[string]int{}
+	for i, m := range ms {
+		if err := validateManager(m); err != nil {
+			return fmt.Errorf("suite: Options.Managers[%d]: %w", i, err)
+		}
+		if j, dup := seen[m.Name]; dup {
+			return fmt.Errorf("suite: Options.Managers[%d] and [%d] are both named %q: give each manager a unique Name (writes are attributed by it)", j, i, m.Name)
+		}
+		seen[m.Name] = i
+	}
+	return nil
+}
+
+func validateManager(m ManagerOptions) error {
+	if strings.TrimSpace(m.Name) == "" {
+		return errors.New("Name is empty: give each manager a unique Name (writes and passes are attributed to it)")
+	}
+	if strings.Contains(m.Name, "/") {
+		return fmt.Errorf("Name %q contains '/': use a plain name such as \"multigres\"", m.Name)
+	}
+	if m.Register == nil {
+		return fmt.Errorf("manager %q has no Register: set it to a func that sets up the operator's controllers through the Wiring", m.Name)
+	}
+	return nil
+}
+
+// StartManager starts another manager on the booted envtest (for instance a second operator instance in
+// the middle of a spec) and returns once its cache has synced. Errors: an invalid or duplicate name, the
+// Register func's error, a cache that does not sync within Options.StartTimeout.
+func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
+	if err := validateManager(mo); err != nil {
+		return nil, fmt.Errorf("suite: StartManager: %w", err)
+	}
+	s.mu.Lock()
+	if _, dup := s.managers[mo.Name]; dup {
+		s.mu.Unlock()
+		return nil, fmt.Errorf("suite: StartManager: a manager named %q is already running: give the new one another Name", mo.Name)
+	}
+	s.mu.Unlock()
+	cfg := rest.CopyConfig(s.Config)
+	cfg.UserAgent = mo.UserAgent
+	if cfg.UserAgent == "" {
+		cfg.UserAgent = "ensemble-" + mo.Name + "/v0"
+	}
+	scheme := mo.Scheme
+	if scheme == nil {
+		scheme = s.opts.Scheme
+	}
+	leNS := mo.LeaderElectionNamespace
+	if leNS == "" {
+		leNS = "default"
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:                        scheme,
+		Cache:                         mo.Cache,
+		Metrics:                       metricsserver.Options{BindAddress: "0"},
+		HealthProbeBindAddress:        "0",
+		LeaderElection:                mo.LeaderElection,
+		LeaderElectionID:              mo.LeaderElectionID,
+		LeaderElectionNamespace:       leNS,
+		LeaderElectionReleaseOnCancel: true,
+		GracefulShutdownTimeout:       ptr.To(s.opts.StopTimeout),
+		Controller:                    config.Controller{SkipNameValidation: ptr.To(true)},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("suite: manager %s: %w", mo.Name, err)
+	}
+	if err := mo.Register(mgr, Wiring{s: s, manager: mo.Name, ungated: mo.Ungated, base: mgr.GetClient()}); err != nil {
+		return nil, fmt.Errorf("suite: manager %s: Register: %w", mo.Name, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	m := &Manager{Name: mo.Name, mgr: mgr, stop: cancel, done: make(chan error, 1), s: s}
+	go func() { m.done <- mgr.Start(ctx) }()
+	syncCtx, syncCancel := context.WithTimeout(ctx, s.opts.StartTimeout)
+	defer syncCancel()
+	if !mgr.GetCache().WaitForCacheSync(syncCtx) {
+		_ = m.Stop()
+		return nil, fmt.Errorf("suite: manager %s: cache did not sync within %s (are its kinds' CRDs installed?)", mo.Name, s.opts.StartTimeout)
+	}
+	s.mu.Lock()
+	s.managers[mo.Name] = m
+	s.order = append(s.order, mo.Name)
+	s.mu.Unlock()
+	return m, nil
+}
+
+// Recorder returns the suite's write and pass recorder.
+func (s *Suite) Recorder() *Recorder { return s.rec }
+
+// Stream returns the suite's event stream.
+func (s *Suite) Stream() *Stream { return s.stream }
+
+// Gate returns the suite's gate.
+func (s *Suite) Gate() *Gate { return s.gate }
+
+// Stop stops every manager, the event stream and envtest, within Options.StopTimeout per part, and makes
+// sure the kube-apiserver and etcd processes are gone (killing them if they outlive envtest's stop). Safe to
+// call more than once and from several goroutines; later calls return the first call's error.
+func (s *Suite) Stop() error {
+	s.stopOnce.Do(func() {
+		var errs []error
+		s.mu.Lock()
+		var ms []*Manager
+		for i := len(s.order) - 1; i >= 0; i-- {
+			if m, ok := s.managers[s.order[i]]; ok {
+				ms = append(ms, m)
+			}
+		}
+		s.mu.Unlock()
+		for _, m := range ms {
+			if err := m.Stop(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if s.cancel != nil {
+			s.cancel()
+		}
+		if s.env != nil {
+			if err := s.env.Stop(); err != nil {
+				errs = append(errs, fmt.Errorf("suite: stopping envtest: %w", err))
+			}
+		}
+		killAll(s.children)
+		forgetChildren()
+		close(s.sigDone)
+		s.stopErr = errors.Join(errs...)
+	})
+	return s.stopErr
+}
+
+// signalGrace is how long the test process may go on after a SIGINT or SIGTERM (for Ginkgo to run its
+// cleanup and write its reports) before watchSignals re-raises the signal with the default action.
+const signalGrace = 10 * time.Second
+
+// watchSignals stops the suite on SIGINT or SIGTERM, so no kube-apiserver or etcd outlives the process. A
+// test framework that handles the signal itself (Ginkgo) then ends the run as usual; otherwise the signal
+// is re-raised with its default action after signalGrace, and the process ends as it would have without
+// the suite.
+func (s *Suite) watchSignals() {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		select {
+		case sig := <-ch:
+			_ = s.Stop()
+			time.AfterFunc(signalGrace, func() {
+				signal.Stop(ch)
+				signal.Reset(sig)
+				_ = syscall.Kill(os.Getpid(), sig.(syscall.Signal))
+			})
+		case <-s.sigDone:
+			signal.Stop(ch)
+		}
+	}()
+}

@@ -1,0 +1,221 @@
+package suite
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+)
+
+// TB is what a Case needs of the test: satisfied by *testing.T and by Ginkgo's GinkgoT().
+type TB interface {
+	Helper()
+	Name() string
+	Cleanup(func())
+	Logf(format string, args ...any)
+	Errorf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	Failed() bool
+}
+
+// Case is one spec's world: a fresh namespace admitted at the gate, a client whose writes are recorded
+// as "case/spec", and a cleanup (registered with t.Cleanup) that dumps the namespace when the spec failed,
+// deletes what the spec left behind while the controllers can still release their finalizers, and closes
+// the gate again.
+type Case struct {
+	// Namespace is the case's namespace, "e-<spec name>-<5 hex>" (at most 63 characters).
+	Namespace string
+	// Client writes through the recorder as manager "case", controller "spec"; reads are uncached.
+	Client client.Client
+	// Started is when the case was created.
+	Started time.Time
+
+	t   TB
+	s   *Suite
+	ctx context.Context
+}
+
+// CleanupTimeout bounds how long a Case's cleanup waits for the controllers to delete what the spec left;
+// past it, remaining finalizers are removed so the namespace is empty either way.
+var CleanupTimeout = 30 * time.Second
+
+var nonDNS = regexp.MustCompile(`[^a-z0-9-]+`)
+
+// NewCase creates the case's namespace, admits it at the gate and registers the cleanup. A failure to
+// create the namespace fails the test (t.Fatalf).
+func (s *Suite) NewCase(t TB) *Case {
+	t.Helper()
+	name := strings.Trim(nonDNS.ReplaceAllString(strings.ToLower(t.Name()), "-"), "-")
+	if len(name) > 40 {
+		name = strings.Trim(name[:40], "-")
+	}
+	b := make([]byte, 3)
+	_, _ = rand.Read(b)
+	ns := "e-" + name + "-" + hex.EncodeToString(b)[:5]
+	c := &Case{Namespace: ns, t: t, s: s, ctx: context.Background(), Started: time.Now(),
+		Client: s.recordingClient(s.Client, "case", "spec")}
+	if err := s.Client.Create(c.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatalf("suite: creating namespace %s: %v", ns, err)
+	}
+	s.gate.Admit(ns)
+	t.Cleanup(c.cleanup)
+	return c
+}
+
+// Suite returns the suite the case runs in.
+func (c *Case) Suite() *Suite { return c.s }
+
+// Context returns the case's context.
+func (c *Case) Context() context.Context { return c.ctx }
+
+// Create creates obj in the case's namespace (set when obj has none). Errors: the API server's.
+func (c *Case) Create(obj client.Object) error {
+	if obj.GetNamespace() == "" && c.namespaced(obj) {
+		obj.SetNamespace(c.Namespace)
+	}
+	return c.Client.Create(c.ctx, obj)
+}
+
+// Get reads the named object of the case's namespace into obj. Errors: the API server's (NotFound, ...).
+func (c *Case) Get(name string, obj client.Object) error {
+	return c.Client.Get(c.ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, obj)
+}
+
+// List lists objects of the case's namespace into list. Errors: the API server's.
+func (c *Case) List(list client.ObjectList, opts ...client.ListOption) error {
+	return c.Client.List(c.ctx, list, append([]client.ListOption{client.InNamespace(c.Namespace)}, opts...)...)
+}
+
+// Update reads the named object into obj, applies mutate and writes it back, retrying on conflict
+// (at most 10 times). Errors: the API server's, or the last conflict.
+func (c *Case) Update(name string, obj client.Object, mutate func()) error {
+	var err error
+	for i := 0; i < 10; i++ {
+		if err = c.Get(name, obj); err != nil {
+			return err
+		}
+		mutate()
+		if err = c.Client.Update(c.ctx, obj); !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+	return err
+}
+
+// Delete deletes obj (namespace set to the case's when empty); NotFound is not an error.
+func (c *Case) Delete(obj client.Object, opts ...client.DeleteOption) error {
+	if obj.GetNamespace() == "" && c.namespaced(obj) {
+		obj.SetNamespace(c.Namespace)
+	}
+	return client.IgnoreNotFound(c.Client.Delete(c.ctx, obj, opts...))
+}
+
+// RequireQuiescent fails the test unless the case's namespace goes quiet for window within timeout (see
+// Suite.WaitQuiescent), and returns how long that took.
+func (c *Case) RequireQuiescent(window, timeout time.Duration, opts ...QuietOption) time.Duration {
+	c.t.Helper()
+	took, err := c.s.WaitQuiescent(c.ctx, c.Namespace, window, timeout, opts...)
+	if err != nil {
+		c.t.Fatalf("%v", err)
+	}
+	return took
+}
+
+// Writes returns the recorded writes in the case's namespace that match f (its Namespace is forced).
+func (c *Case) Writes(f WriteFilter) []Write {
+	f.Namespace = c.Namespace
+	return c.s.rec.Writes(f)
+}
+
+// Passes returns the recorded reconcile passes in the case's namespace that match f.
+func (c *Case) Passes(f PassFilter) []Pass {
+	f.Namespace = c.Namespace
+	return c.s.rec.Passes(f)
+}
+
+// Changes returns the observed changes in the case's namespace that match f.
+func (c *Case) Changes(f ChangeFilter) []Change {
+	f.Namespace = c.Namespace
+	return c.s.stream.Changes(f)
+}
+
+func (c *Case) namespaced(obj client.Object) bool {
+	ok, err := c.s.Client.IsObjectNamespaced(obj)
+	return err != nil || ok
+}
+
+// cleanup dumps on failure, deletes the watched kinds left in the namespace (letting the operators run
+// their finalizers), strips finalizers that are still there after CleanupTimeout, and closes the gate.
+func (c *Case) cleanup() {
+	if c.t.Failed() {
+		if path, summary, err := c.s.Dump(c.Namespace, c.t.Name(), c.Started); err == nil {
+			c.t.Logf("suite: failure dump of %s written to %s\n%s", c.Namespace, path, summary)
+		} else {
+			c.t.Logf("suite: failure dump of %s failed: %v", c.Namespace, err)
+		}
+	}
+	defer c.s.gate.Close(c.Namespace)
+	ctx, cancel := context.WithTimeout(context.Background(), CleanupTimeout)
+	defer cancel()
+	for {
+		left := c.leftovers(ctx)
+		if len(left) == 0 {
+			return
+		}
+		if ctx.Err() != nil {
+			for _, o := range left {
+				if len(o.GetFinalizers()) > 0 {
+					_ = c.s.Client.Patch(context.Background(), o, client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"finalizers":null}}`)))
+				}
+			}
+			c.t.Logf("suite: cleanup of %s: %d objects still there after %s; their finalizers were removed", c.Namespace, len(left), CleanupTimeout)
+			return
+		}
+		for _, o := range left {
+			if o.GetDeletionTimestamp() == nil {
+				_ = c.s.Client.Delete(ctx, o, client.PropagationPolicy(metav1.DeletePropagationBackground))
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-c.s.notify.wait():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// leftovers lists the objects of the watched kinds still in the case's namespace.
+func (c *Case) leftovers(ctx context.Context) []client.Object {
+	var out []client.Object
+	for _, k := range c.s.opts.WatchKinds {
+		if !c.namespaced(k) {
+			continue
+		}
+		gvk, err := apiutil.GVKForObject(k, c.s.opts.Scheme)
+		if err != nil {
+			continue
+		}
+		l := &unstructured.UnstructuredList{}
+		l.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		if err := c.s.Client.List(ctx, l, client.InNamespace(c.Namespace)); err != nil {
+			continue
+		}
+		for i := range l.Items {
+			out = append(out, &l.Items[i])
+		}
+	}
+	return out
+}
+
+// String names the case.
+func (c *Case) String() string { return fmt.Sprintf("case %s (%s)", c.t.Name(), c.Namespace) }

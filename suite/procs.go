@@ -1,0 +1,111 @@
+package suite
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Process bookkeeping: Boot writes the pids of the kube-apiserver and etcd it started to
+// <temp dir>/ensemble-pids/<test process pid>. Stop kills whatever envtest left alive and removes the file.
+// A test process killed outright (SIGKILL, OOM) cannot clean up, so the next Boot on the machine kills the
+// control planes listed in the file of any test process that no longer exists.
+
+var controlPlaneNames = map[string]bool{"kube-apiserver": true, "etcd": true}
+
+func pidDir() string { return filepath.Join(os.TempDir(), "ensemble-pids") }
+
+// comm returns a process's command name, or "" when it does not exist.
+func comm(pid int) string {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "comm"))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// childControlPlanes lists the kube-apiserver and etcd processes whose parent is this process.
+func childControlPlanes() []int {
+	entries, _ := os.ReadDir("/proc")
+	me := strconv.Itoa(os.Getpid())
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || !controlPlaneNames[comm(pid)] {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
+		if err != nil {
+			continue
+		}
+		// stat is "pid (comm) state ppid ...": comm may hold spaces, so split after the last ')'.
+		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+		if len(f) > 1 && f[1] == me {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// recordChildren writes this process's control-plane children to its pid file and returns them.
+func recordChildren() []int {
+	pids := childControlPlanes()
+	if len(pids) == 0 {
+		return nil
+	}
+	var b strings.Builder
+	for _, p := range pids {
+		b.WriteString(strconv.Itoa(p) + "\n")
+	}
+	_ = os.MkdirAll(pidDir(), 0o755)
+	_ = os.WriteFile(filepath.Join(pidDir(), strconv.Itoa(os.Getpid())), []byte(b.String()), 0o644)
+	return pids
+}
+
+func forgetChildren() { _ = os.Remove(filepath.Join(pidDir(), strconv.Itoa(os.Getpid()))) }
+
+// killAll sends SIGTERM to each pid that is still a control plane, waits up to 5 s, then SIGKILLs the rest.
+func killAll(pids []int) {
+	alive := func() []int {
+		var out []int
+		for _, p := range pids {
+			if controlPlaneNames[comm(p)] {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	left := alive()
+	for _, p := range left {
+		_ = syscall.Kill(p, syscall.SIGTERM)
+	}
+	for deadline := time.Now().Add(5 * time.Second); len(left) > 0 && time.Now().Before(deadline); left = alive() {
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, p := range left {
+		_ = syscall.Kill(p, syscall.SIGKILL)
+	}
+}
+
+// reapOrphans kills the control planes recorded by test processes that no longer exist.
+func reapOrphans() {
+	entries, _ := os.ReadDir(pidDir())
+	for _, e := range entries {
+		owner, err := strconv.Atoi(e.Name())
+		if err != nil || syscall.Kill(owner, 0) == nil {
+			continue
+		}
+		b, _ := os.ReadFile(filepath.Join(pidDir(), e.Name()))
+		var pids []int
+		for _, f := range strings.Fields(string(b)) {
+			if p, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, p)
+			}
+		}
+		killAll(pids)
+		_ = os.Remove(filepath.Join(pidDir(), e.Name()))
+	}
+}

@@ -1,0 +1,108 @@
+package suite
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// ErrNotQuiet is wrapped by the error WaitQuiescent returns when the namespace was not quiet in time.
+var ErrNotQuiet = errors.New("not quiescent")
+
+// ErrLastPassFailed is wrapped by the error WaitQuiescent returns when the namespace went quiet but the last
+// reconcile pass of some controller key in it returned an error (a controller that gave up is not converged).
+var ErrLastPassFailed = errors.New("quiet, but a last reconcile pass ended in an error")
+
+// QuietOption changes what WaitQuiescent counts as activity.
+type QuietOption func(*quietConfig)
+
+type quietConfig struct{ stateOnly bool }
+
+// StateOnly makes WaitQuiescent count only changes of watched objects, not attempted writes: "stable"
+// rather than "quiet". Use it where a controller legitimately keeps re-applying an unchanged status while
+// it waits for something outside Kubernetes (requeue compression makes such passes frequent).
+func StateOnly() QuietOption { return func(c *quietConfig) { c.stateOnly = true } }
+
+// WaitQuiescent waits until namespace ns has been quiet for window: no watched object changed, no write to
+// it was attempted (see StateOnly), and no reconcile pass for it is running. It then checks that the last
+// pass of every controller key in ns did not end in an error.
+//
+// It returns how long the wait took (zero when ns was already quiet for window when called). Errors: ctx
+// done; ErrNotQuiet after timeout, with the busiest objects, their field transitions and the writers
+// since the call; ErrLastPassFailed naming the failed passes.
+func (s *Suite) WaitQuiescent(ctx context.Context, ns string, window, timeout time.Duration, opts ...QuietOption) (time.Duration, error) {
+	var cfg quietConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
+	start := time.Now()
+	deadline := start.Add(timeout)
+	for {
+		wake := s.notify.wait()
+		last := s.stream.lastChange(ns)
+		if !cfg.stateOnly {
+			if w, _ := s.rec.lastWrite(ns); w.After(last) {
+				last = w
+			}
+		}
+		running := s.rec.running(ns)
+		now := time.Now()
+		if running == 0 && now.Sub(last) >= window {
+			took := time.Duration(0)
+			if last.After(start) {
+				took = now.Sub(start)
+			}
+			if failed := s.rec.lastPassErrors(ns); len(failed) > 0 {
+				var lines []string
+				for _, p := range failed {
+					lines = append(lines, p.String())
+				}
+				return took, fmt.Errorf("namespace %s: %w:\n%s", ns, ErrLastPassFailed, indent(lines))
+			}
+			return took, nil
+		}
+		if now.After(deadline) {
+			return now.Sub(start), fmt.Errorf("namespace %s: %w within %s (window %s):\n%s", ns, ErrNotQuiet, timeout, window, s.activityReport(ns, start))
+		}
+		next := last.Add(window)
+		if running > 0 || next.After(deadline) {
+			next = deadline
+		}
+		timer := time.NewTimer(time.Until(next) + time.Millisecond)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return time.Since(start), ctx.Err()
+		case <-wake:
+		case <-timer.C:
+		}
+		timer.Stop()
+	}
+}
+
+// activityReport names what kept namespace ns busy since t: the busiest objects, the fields that changed
+// most (with their latest transition) and the writers.
+func (s *Suite) activityReport(ns string, since time.Time) string {
+	objects := map[string]int{}
+	fields := map[string]int{}
+	lastTransition := map[string]string{}
+	for _, c := range s.stream.Changes(ChangeFilter{Namespace: ns, Since: since}) {
+		obj := c.Kind + "/" + c.Name
+		objects[obj]++
+		for _, f := range c.Fields {
+			k := obj + " " + f.Path
+			fields[k]++
+			lastTransition[k] = f.Old + " -> " + f.New
+		}
+	}
+	var fl []string
+	for _, line := range topN(fields, 8) {
+		k := line[:strings.LastIndex(line, " (")]
+		fl = append(fl, line+": last "+lastTransition[k])
+	}
+	return "  busiest objects (changes):\n" + indent(topN(objects, 5)) +
+		"\n  field transitions:\n" + indent(fl) +
+		"\n  writers (writes):\n" + indent(topN(s.rec.writers(ns, since), 8))
+}

@@ -1,0 +1,252 @@
+package suite
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+)
+
+// Change is one observed change of a watched object: its creation, its deletion, or an update that changed
+// at least one field once resourceVersion, managedFields and timestamps are set aside.
+type Change struct {
+	// Seq orders changes in the order the stream saw them, from 1.
+	Seq int64
+	// Time is when the stream saw the change.
+	Time time.Time
+	// Type is Added, Modified or Deleted.
+	Type string
+	// Kind, Namespace and Name identify the object.
+	Kind, Namespace, Name string
+	// ResourceVersion is the object's resourceVersion after the change (the etcd revision that made it).
+	ResourceVersion string
+	// Fields lists the leaf fields that changed, by path (e.g. status.podRoles.pod-0,
+	// status.conditions[type=Available].status); empty for Added and Deleted.
+	Fields []FieldChange
+}
+
+// FieldChange is one leaf field's transition; Old or New is "<absent>" when the field did not or no longer
+// exist.
+type FieldChange struct {
+	Path, Old, New string
+}
+
+// String renders the change on one line.
+func (c Change) String() string {
+	var f []string
+	for _, fc := range c.Fields {
+		f = append(f, fmt.Sprintf("%s: %s -> %s", fc.Path, fc.Old, fc.New))
+	}
+	return fmt.Sprintf("#%d %s %s %s/%s rv=%s %s", c.Seq, c.Time.Format("15:04:05.000"), c.Type, c.Kind, key(c.Namespace, c.Name), c.ResourceVersion, strings.Join(f, "; "))
+}
+
+const absent = "<absent>"
+
+// Stream watches the kinds given in Options.WatchKinds across all namespaces and keeps every Change.
+// Safe for concurrent use; queries return copies.
+type Stream struct {
+	mu      sync.Mutex
+	changes []Change
+	last    map[string]map[string]string
+	notify  *broadcast
+	scheme  *runtime.Scheme
+}
+
+func newStream(scheme *runtime.Scheme, notify *broadcast) *Stream {
+	return &Stream{last: map[string]map[string]string{}, notify: notify, scheme: scheme}
+}
+
+// watch registers event handlers for each kind on the cache; the cache must be started by the caller.
+func (st *Stream) watch(ctx context.Context, c cache.Cache, kinds []client.Object) error {
+	for _, k := range kinds {
+		gvk, err := apiutil.GVKForObject(k, st.scheme)
+		if err != nil {
+			return fmt.Errorf("suite: WatchKinds: %T is not in the scheme: add its AddToScheme to Options.Scheme: %w", k, err)
+		}
+		inf, err := c.GetInformer(ctx, k)
+		if err != nil {
+			return fmt.Errorf("suite: watching %s: %w (is its CRD in Options.CRDDirectoryPaths?)", gvk.Kind, err)
+		}
+		kind := gvk.Kind
+		_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
+			AddFunc:    func(o any) { st.observe(kind, "Added", o) },
+			UpdateFunc: func(_, o any) { st.observe(kind, "Modified", o) },
+			DeleteFunc: func(o any) {
+				if d, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+					o = d.Obj
+				}
+				st.observe(kind, "Deleted", o)
+			},
+		})
+		if err != nil {
+			return fmt.Errorf("suite: watching %s: %w", kind, err)
+		}
+	}
+	return nil
+}
+
+func (st *Stream) observe(kind, typ string, o any) {
+	obj, ok := o.(client.Object)
+	if !ok {
+		return
+	}
+	flat := flatten(obj)
+	id := kind + "/" + obj.GetNamespace() + "/" + obj.GetName()
+	st.mu.Lock()
+	prev, had := st.last[id]
+	var fields []FieldChange
+	switch typ {
+	case "Deleted":
+		delete(st.last, id)
+	case "Modified", "Added":
+		st.last[id] = flat
+		if had {
+			typ = "Modified"
+			fields = diffFlat(prev, flat)
+			if len(fields) == 0 {
+				st.mu.Unlock()
+				return
+			}
+		} else {
+			typ = "Added"
+		}
+	}
+	st.changes = append(st.changes, Change{Seq: int64(len(st.changes) + 1), Time: time.Now(), Type: typ, Kind: kind,
+		Namespace: obj.GetNamespace(), Name: obj.GetName(), ResourceVersion: obj.GetResourceVersion(), Fields: fields})
+	st.mu.Unlock()
+	st.notify.signal()
+}
+
+// ChangeFilter selects changes; a zero field matches anything.
+type ChangeFilter struct {
+	Namespace, Kind, Name, Type string
+	// Since keeps changes seen at or after this time.
+	Since time.Time
+}
+
+func (f ChangeFilter) match(c Change) bool {
+	return (f.Namespace == "" || f.Namespace == c.Namespace) && (f.Kind == "" || f.Kind == c.Kind) &&
+		(f.Name == "" || f.Name == c.Name) && (f.Type == "" || f.Type == c.Type) && !c.Time.Before(f.Since)
+}
+
+// Changes returns the changes that match f, ordered by resourceVersion (the order etcd made them in).
+func (st *Stream) Changes(f ChangeFilter) []Change {
+	st.mu.Lock()
+	var out []Change
+	for _, c := range st.changes {
+		if f.match(c) {
+			out = append(out, c)
+		}
+	}
+	st.mu.Unlock()
+	sort.SliceStable(out, func(i, j int) bool {
+		a, errA := strconv.ParseUint(out[i].ResourceVersion, 10, 64)
+		b, errB := strconv.ParseUint(out[j].ResourceVersion, 10, 64)
+		if errA != nil || errB != nil || a == b {
+			return out[i].Seq < out[j].Seq
+		}
+		return a < b
+	})
+	return out
+}
+
+func (st *Stream) lastChange(ns string) time.Time {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	for i := len(st.changes) - 1; i >= 0; i-- {
+		if st.changes[i].Namespace == ns {
+			return st.changes[i].Time
+		}
+	}
+	return time.Time{}
+}
+
+// flatten renders an object as leaf path -> value, without resourceVersion, managedFields and timestamps.
+func flatten(obj client.Object) map[string]string {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		return map[string]string{"<unconvertible>": err.Error()}
+	}
+	if md, ok := m["metadata"].(map[string]any); ok {
+		delete(md, "resourceVersion")
+		delete(md, "managedFields")
+	}
+	out := map[string]string{}
+	flattenInto(out, "", m)
+	return out
+}
+
+// ignoredTimeKey reports whether a map key holds a timestamp the stream sets aside (deletionTimestamp is
+// kept: it marks the start of a deletion).
+func ignoredTimeKey(k string) bool {
+	if k == "deletionTimestamp" {
+		return false
+	}
+	return strings.HasSuffix(k, "Time") || strings.HasSuffix(k, "Timestamp") || k == "startedAt" || k == "finishedAt"
+}
+
+func flattenInto(out map[string]string, prefix string, v any) {
+	switch t := v.(type) {
+	case map[string]any:
+		if len(t) == 0 && prefix != "" {
+			out[prefix] = "{}"
+		}
+		for k, e := range t {
+			if ignoredTimeKey(k) {
+				continue
+			}
+			p := k
+			if prefix != "" {
+				p = prefix + "." + k
+			}
+			flattenInto(out, p, e)
+		}
+	case []any:
+		if len(t) == 0 {
+			out[prefix] = "[]"
+		}
+		for i, e := range t {
+			sel := strconv.Itoa(i)
+			if em, ok := e.(map[string]any); ok {
+				for _, k := range []string{"type", "name", "conditionType"} {
+					if s, ok := em[k].(string); ok {
+						sel = k + "=" + s
+						break
+					}
+				}
+			}
+			flattenInto(out, prefix+"["+sel+"]", e)
+		}
+	default:
+		out[prefix] = fmt.Sprint(t)
+	}
+}
+
+func diffFlat(a, b map[string]string) []FieldChange {
+	var out []FieldChange
+	for k, av := range a {
+		bv, ok := b[k]
+		if !ok {
+			bv = absent
+		}
+		if av != bv {
+			out = append(out, FieldChange{Path: k, Old: av, New: bv})
+		}
+	}
+	for k, bv := range b {
+		if _, ok := a[k]; !ok {
+			out = append(out, FieldChange{Path: k, Old: absent, New: bv})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out
+}

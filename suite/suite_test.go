@@ -1,0 +1,136 @@
+package suite
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+type catalog map[string]string
+
+func (c catalog) Lookup(ref string) (string, bool) { t, ok := c[ref]; return t, ok }
+
+func TestKnownDefectVerdicts(t *testing.T) {
+	cat := catalog{"X-1": "a defect"}
+	cases := []struct {
+		name, ref string
+		err       error
+		wantFatal string
+		wantLog   string
+	}{
+		{"present", "X-1", errors.New("flapped 4 times"), "", "X-1 still present: flapped 4 times"},
+		{"fixed", "X-1", nil, "X-1 appears fixed: replace this pin with a positive assertion", ""},
+		{"empty ref", " ", errors.New("x"), "empty reference", ""},
+		{"unknown ref", "X-2", errors.New("x"), "no such defect in the catalog", ""},
+		{"harness error", "X-1", Harness(errors.New("setup timed out")), "not the defect", ""},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &ProbeTB{}
+			KnownDefect(p, cat, tc.ref, func() error { return tc.err })
+			if tc.wantFatal != "" {
+				if len(p.Fatals) != 1 || !strings.Contains(p.Fatals[0], tc.wantFatal) {
+					t.Fatalf("fatals = %q, want one containing %q", p.Fatals, tc.wantFatal)
+				}
+				return
+			}
+			if p.Failed() || len(p.Reports) != 1 || !strings.Contains(p.Reports[0], tc.wantLog) {
+				t.Fatalf("failed=%v reports=%q, want a passing pin reporting %q", p.Failed(), p.Reports, tc.wantLog)
+			}
+		})
+	}
+}
+
+func TestGateNests(t *testing.T) {
+	g := newGate()
+	if g.Admitted("a") || g.Admitted("") {
+		t.Fatal("a fresh gate admits nothing")
+	}
+	g.Admit("a")
+	g.Admit("a")
+	g.Close("a")
+	if !g.Admitted("a") {
+		t.Fatal("one Close undid two Admits")
+	}
+	g.Close("a")
+	if g.Admitted("a") {
+		t.Fatal("a closed namespace is still admitted")
+	}
+	g.AdmitClusterScoped()
+	if !g.Admitted("") {
+		t.Fatal("cluster-scoped requests refused after AdmitClusterScoped")
+	}
+}
+
+func TestStreamDiffIgnoresBookkeeping(t *testing.T) {
+	a := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", ResourceVersion: "1"},
+		Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}}}}
+	b := a.DeepCopy()
+	b.ResourceVersion = "2"
+	b.ManagedFields = []metav1.ManagedFieldsEntry{{Manager: "m"}}
+	b.Status.Conditions[0].LastTransitionTime = metav1.Now()
+	if d := diffFlat(flatten(a), flatten(b)); len(d) != 0 {
+		t.Fatalf("bookkeeping-only update reported as a change: %v", d)
+	}
+	b.Status.Conditions[0].Status = corev1.ConditionTrue
+	d := diffFlat(flatten(a), flatten(b))
+	if len(d) != 1 || d[0].Path != "status.conditions[type=Ready].status" || d[0].Old != "False" || d[0].New != "True" {
+		t.Fatalf("diff = %+v, want the Ready condition's status False -> True", d)
+	}
+}
+
+func TestBootRejectsBadInput(t *testing.T) {
+	t.Setenv("KUBEBUILDER_ASSETS", t.TempDir())
+	for name, tc := range map[string]struct {
+		opts Options
+		want string
+	}{
+		"nil scheme":     {Options{}, "Options.Scheme is nil"},
+		"empty name":     {Options{Scheme: newScheme(), Managers: []ManagerOptions{{Register: noop}}}, "Name is empty"},
+		"duplicate name": {Options{Scheme: newScheme(), Managers: []ManagerOptions{{Name: "a", Register: noop}, {Name: "a", Register: noop}}}, `both named "a"`},
+		"no binaries":    {Options{Scheme: newScheme()}, "run `make envtest-assets`"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Boot(t.Context(), tc.opts)
+			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("Boot error = %v, want one line containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestCRDPathErrors(t *testing.T) {
+	if _, err := resolveCRDPaths([]string{"no/such/dir"}); err == nil || !strings.Contains(err.Error(), "does not exist") {
+		t.Fatalf("missing path: %v", err)
+	}
+	if _, err := resolveCRDPaths([]string{t.TempDir()}); err == nil || !strings.Contains(err.Error(), "holds no .yaml") {
+		t.Fatalf("empty dir: %v", err)
+	}
+}
+
+func TestOwnershipPaths(t *testing.T) {
+	p := &corev1.Pod{}
+	p.ManagedFields = []metav1.ManagedFieldsEntry{
+		{Manager: "a", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:podRoles":{".":{},"f:p-0":{}},"f:conditions":{"k:{\"type\":\"Available\"}":{".":{},"f:status":{}}}}}`)}},
+		{Manager: "mini-multigres", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:podRoles":{"f:p-0":{}}}}`)}},
+	}
+	o, err := OwnershipOf(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := o.Owners("status.podRoles"); len(got) != 2 {
+		t.Fatalf("podRoles owners = %v, want both managers", got)
+	}
+	if got := o.Owners("status.conditions[type=Available]"); len(got) != 1 || got[0] != "a" {
+		t.Fatalf("Available owners = %v", got)
+	}
+	if shared := o.SharedFields(); len(shared["status.podRoles.p-0"]) != 2 {
+		t.Fatalf("shared = %v, want status.podRoles.p-0 co-owned", shared)
+	}
+	if err := RequireDeclaredManagers(p, "a"); err == nil || !strings.Contains(err.Error(), "mini-multigres owns status.podRoles.p-0") {
+		t.Fatalf("RequireDeclaredManagers = %v", err)
+	}
+}

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# build.sh builds kube-apiserver and etcd from their Go modules into setup-envtest's layout, so envtest runs
+# on a machine that cannot download release binaries (DESIGN.md §2).
+#
+# Usage: tools/envtest/build.sh            build what is missing, print the assets directory last
+#        tools/envtest/build.sh --dir      print the assets directory only
+#
+# KUBEBUILDER_ASSETS, when set, wins: the binaries there are checked, never built.
+# A build is skipped when both binaries exist and answer --version with the expected version.
+set -euo pipefail
+
+KUBE_VERSION=1.37.2
+ETCD_VERSION=3.6.16
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+data_home="${XDG_DATA_HOME:-$HOME/.local/share}"
+default_dir="$data_home/kubebuilder-envtest/k8s/${KUBE_VERSION}-linux-amd64"
+dir="${KUBEBUILDER_ASSETS:-$default_dir}"
+
+if [[ "${1:-}" == "--dir" ]]; then
+  echo "$dir"
+  exit 0
+fi
+
+kube_ok() { [[ -x "$dir/kube-apiserver" ]] && "$dir/kube-apiserver" --version 2>/dev/null | grep -qx "Kubernetes v${KUBE_VERSION}"; }
+etcd_ok() { [[ -x "$dir/etcd" ]] && "$dir/etcd" --version 2>/dev/null | grep -q "^etcd Version: ${ETCD_VERSION}$"; }
+
+if kube_ok && etcd_ok; then
+  echo "envtest binaries present at $dir (kube-apiserver v${KUBE_VERSION}, etcd v${ETCD_VERSION}); nothing to build" >&2
+  echo "$dir"
+  exit 0
+fi
+if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
+  echo "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS does not hold kube-apiserver v${KUBE_VERSION} and etcd v${ETCD_VERSION}; unset it to build them into $default_dir" >&2
+  exit 1
+fi
+
+mkdir -p "$dir"
+start=$(date +%s)
+if ! kube_ok; then
+  echo "building kube-apiserver v${KUBE_VERSION} from k8s.io/kubernetes (about 5 minutes on 2 cores)..." >&2
+  (cd "$here" && go build -trimpath -o "$dir/kube-apiserver.tmp" \
+    -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v${KUBE_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37" \
+    k8s.io/kubernetes/cmd/kube-apiserver)
+  mv "$dir/kube-apiserver.tmp" "$dir/kube-apiserver"
+fi
+if ! etcd_ok; then
+  echo "building etcd v${ETCD_VERSION} from go.etcd.io/etcd/server/v3..." >&2
+  (cd "$here/etcd" && go build -trimpath -ldflags "-s -w" -o "$dir/etcd.tmp" go.etcd.io/etcd/server/v3)
+  mv "$dir/etcd.tmp" "$dir/etcd"
+fi
+kube_ok || { echo "built kube-apiserver does not answer v${KUBE_VERSION} to --version" >&2; exit 1; }
+etcd_ok || { echo "built etcd does not answer ${ETCD_VERSION} to --version" >&2; exit 1; }
+echo "envtest binaries built in $(( $(date +%s) - start ))s at $dir" >&2
+echo "$dir"
