@@ -29,7 +29,7 @@ func StateOnly() QuietOption { return func(c *quietConfig) { c.stateOnly = true 
 // it was attempted (see StateOnly), and no reconcile pass for it is running. It then checks that the last
 // pass of every controller key in ns did not end in an error.
 //
-// It returns how long the wait took (zero when ns was already quiet for window when called). Errors: ctx
+// It returns how long the call took (about zero when ns had already been quiet for window). Errors: ctx
 // done; ErrNotQuiet after timeout, with the busiest objects, their field transitions and the writers
 // since the call; ErrLastPassFailed naming the failed passes.
 func (s *Suite) WaitQuiescent(ctx context.Context, ns string, window, timeout time.Duration, opts ...QuietOption) (time.Duration, error) {
@@ -50,10 +50,7 @@ func (s *Suite) WaitQuiescent(ctx context.Context, ns string, window, timeout ti
 		running := s.rec.running(ns)
 		now := time.Now()
 		if running == 0 && now.Sub(last) >= window {
-			took := time.Duration(0)
-			if last.After(start) {
-				took = now.Sub(start)
-			}
+			took := now.Sub(start)
 			if failed := s.rec.lastPassErrors(ns); len(failed) > 0 {
 				var lines []string
 				for _, p := range failed {

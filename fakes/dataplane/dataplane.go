@@ -1,0 +1,257 @@
+// Package dataplane simulates the parts of a Kubernetes node and control plane that envtest lacks: a kubelet
+// (pod phase, container statuses, readiness, in-place restarts, crash loops, held client connections) and the
+// owner-reference garbage collector (background and foreground deletion).
+//
+// It knows no operator. Wire it into a manager with New(opts).SetupWithManager(mgr), or give each controller
+// its own client and reconciler wrapper with SetupWithManagerWrapped. Both controllers act on every namespace.
+//
+// Everything is event-driven (controller-runtime informers); timers (RequeueAfter) are used only for the
+// configured delays, and every timer is re-checked against the clock on wake-up, so a harness that shortens
+// requeues (requeue compression) or an extra reconcile never makes a step happen early.
+package dataplane
+
+import (
+	"fmt"
+	"sort"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// Controller names, as given to the controller builder's Named and used by the harness to wire a client and a
+// reconciler wrapper per controller.
+const (
+	// KubeletControllerName names the kubelet stand-in (reconciles Pods).
+	KubeletControllerName = "dataplane-kubelet"
+	// GCControllerName names the owner-reference garbage collector.
+	GCControllerName = "dataplane-gc"
+	// DefaultFieldOwner is the server-side-apply field manager of the kubelet's pod status writes.
+	DefaultFieldOwner = "ensemble-dataplane"
+)
+
+// Options configures a DataPlane. The zero value of every field means its default (see DefaultOptions).
+type Options struct {
+	// StartDelay is the time from the kubelet's first sight of a pod to phase Running with its containers
+	// started (not yet ready). Default 20ms.
+	StartDelay time.Duration
+	// ReadyDelay is the time from a container start (first start, in-place restart, end of a crash loop) to
+	// the container being ready. Default 30ms.
+	ReadyDelay time.Duration
+	// RestartAnnotations lists pod annotation keys whose value the containers read (for example MatrixOne's
+	// "matrixorigin.io/config-suffix"). A change of such a value on a running pod (absent counts as "") is an
+	// in-place restart: restartCount + 1, same pod UID, containers not ready for ReadyDelay, held connections
+	// dropped. Default none.
+	RestartAnnotations []string
+	// CrashLoopBackoff is the first back-off between restarts of a crash-looping pod; it doubles after each
+	// restart up to CrashLoopMaxBackoff. Defaults 50ms and 800ms.
+	CrashLoopBackoff time.Duration
+	// CrashLoopMaxBackoff caps CrashLoopBackoff. Default 800ms.
+	CrashLoopMaxBackoff time.Duration
+	// GCKinds lists prototypes (for example &corev1.Pod{}, &corev1.ConfigMap{}, &v1alpha1.Shard{}) of the kinds
+	// the garbage collector watches, both as dependents and as owners: an owner whose kind is not listed is
+	// still looked up when a dependent changes, but its own deletion does not wake the collector. Each kind
+	// must be registered in the manager's scheme. Default: Pods and ConfigMaps.
+	GCKinds []client.Object
+	// FieldOwner is the field manager of the kubelet's server-side-apply status writes. Default
+	// "ensemble-dataplane".
+	FieldOwner string
+}
+
+// DefaultOptions returns Options with every default filled in (GCKinds: Pods and ConfigMaps).
+func DefaultOptions() Options {
+	return Options{}.withDefaults()
+}
+
+func (o Options) withDefaults() Options {
+	if o.StartDelay <= 0 {
+		o.StartDelay = 20 * time.Millisecond
+	}
+	if o.ReadyDelay <= 0 {
+		o.ReadyDelay = 30 * time.Millisecond
+	}
+	if o.CrashLoopBackoff <= 0 {
+		o.CrashLoopBackoff = 50 * time.Millisecond
+	}
+	if o.CrashLoopMaxBackoff <= 0 {
+		o.CrashLoopMaxBackoff = 800 * time.Millisecond
+	}
+	if o.CrashLoopMaxBackoff < o.CrashLoopBackoff {
+		o.CrashLoopMaxBackoff = o.CrashLoopBackoff
+	}
+	if len(o.GCKinds) == 0 {
+		o.GCKinds = defaultGCKinds()
+	}
+	if o.FieldOwner == "" {
+		o.FieldOwner = DefaultFieldOwner
+	}
+	o.RestartAnnotations = append([]string(nil), o.RestartAnnotations...)
+	o.GCKinds = append([]client.Object(nil), o.GCKinds...)
+	return o
+}
+
+// DataPlane bundles the kubelet stand-in and the garbage collector with their shared write log. Create it with
+// New. Its query methods are safe for concurrent use.
+type DataPlane struct {
+	// Kubelet is the "dataplane-kubelet" controller. Set Kubelet.Client before setup to wire a client of your own.
+	Kubelet *KubeletReconciler
+	// GC is the "dataplane-gc" controller. Set GC.Client before setup to wire a client of your own.
+	GC *GCReconciler
+
+	log *writeLog
+}
+
+// New returns a DataPlane configured by opts (zero fields take their defaults). Nothing runs until it is set up
+// with a manager and the manager starts.
+func New(opts Options) *DataPlane {
+	opts = opts.withDefaults()
+	l := &writeLog{}
+	return &DataPlane{
+		Kubelet: newKubelet(opts, l),
+		GC:      &GCReconciler{opts: opts, log: l},
+		log:     l,
+	}
+}
+
+// Controller is one controller of the DataPlane, as a harness wires it: its name, its reconciler, and a setup
+// that registers it with a manager around a (possibly wrapped) reconciler.
+type Controller interface {
+	reconcile.Reconciler
+	// Name returns the controller name given to the builder ("dataplane-kubelet", "dataplane-gc").
+	Name() string
+	// SetClient sets the client the controller uses for reads and writes (before setup).
+	SetClient(c client.Client)
+	// SetupWithManagerReconciler registers the controller with mgr, calling rec for each request.
+	SetupWithManagerReconciler(mgr ctrl.Manager, rec reconcile.Reconciler) error
+}
+
+// Controllers returns the kubelet and the garbage collector, in that order.
+func (d *DataPlane) Controllers() []Controller {
+	return []Controller{d.Kubelet, d.GC}
+}
+
+// SetupWithManager registers both controllers with mgr, each with mgr.GetClient() unless its Client is already
+// set, and each calling itself as reconciler.
+func (d *DataPlane) SetupWithManager(mgr ctrl.Manager) error {
+	return d.SetupWithManagerWrapped(mgr, nil, nil)
+}
+
+// SetupWithManagerWrapped registers both controllers with mgr. clientFor, when not nil, gives the client of the
+// named controller (it overrides a Client set on the struct); wrap, when not nil, wraps the named controller's
+// reconciler (for example a harness's gate and pass counter). A nil function leaves that part as in
+// SetupWithManager.
+func (d *DataPlane) SetupWithManagerWrapped(mgr ctrl.Manager, clientFor func(name string) client.Client,
+	wrap func(name string, r reconcile.Reconciler) reconcile.Reconciler) error {
+	for _, c := range d.Controllers() {
+		if clientFor != nil {
+			c.SetClient(clientFor(c.Name()))
+		}
+		var rec reconcile.Reconciler = c
+		if wrap != nil {
+			rec = wrap(c.Name(), c)
+		}
+		if err := c.SetupWithManagerReconciler(mgr, rec); err != nil {
+			return fmt.Errorf("dataplane: set up %s: %w", c.Name(), err)
+		}
+	}
+	return nil
+}
+
+// RestartCount returns the restart count the kubelet reports for every container of the pod namespace/name
+// (in-place restarts plus crash-loop restarts of its current incarnation), or 0 for a pod it has not seen.
+func (d *DataPlane) RestartCount(namespace, pod string) int32 {
+	return d.Kubelet.RestartCount(namespace, pod)
+}
+
+// OpenConnection registers one client connection held to the pod namespace/name and returns a function that
+// closes it normally (not counted as dropped; calling it again, or after the connection was dropped, does
+// nothing). An in-place restart, a crash or the pod's termination or disappearance drops every connection held
+// at that moment and adds them to Dropped.
+func (d *DataPlane) OpenConnection(namespace, pod string) (closeConn func()) {
+	return d.Kubelet.OpenConnection(namespace, pod)
+}
+
+// Connections returns the number of connections currently held to the pod namespace/name.
+func (d *DataPlane) Connections(namespace, pod string) int {
+	return d.Kubelet.Connections(namespace, pod)
+}
+
+// Dropped returns the number of held connections to the pod name namespace/name dropped so far (cumulative over
+// every incarnation of that name).
+func (d *DataPlane) Dropped(namespace, pod string) int { return d.Kubelet.Dropped(namespace, pod) }
+
+// CrashLoop turns crash-loop injection on or off for the pod namespace/name. On: its containers crash at once
+// (connections dropped, restartCount + 1) and keep crashing with a doubling back-off (restartCount + 1 each
+// time), not ready, phase still Running. Off: the containers start once more (restartCount + 1) and become
+// ready after ReadyDelay. The switch is kept by name, so it also applies to a pod created later with that name.
+func (d *DataPlane) CrashLoop(namespace, pod string, on bool) {
+	d.Kubelet.CrashLoop(namespace, pod, on)
+}
+
+// Log returns a copy of the write log entries of namespace, oldest first ("" returns the entries of
+// cluster-scoped objects).
+func (d *DataPlane) Log(namespace string) []Entry { return d.log.get(namespace, false) }
+
+// LogAll returns a copy of every write log entry, oldest first.
+func (d *DataPlane) LogAll() []Entry { return d.log.get("", true) }
+
+// Entry is one write made (or attempted) by a DataPlane controller.
+type Entry struct {
+	// Time is when the write returned.
+	Time time.Time
+	// Controller is "dataplane-kubelet" or "dataplane-gc".
+	Controller string
+	// Namespace and Name identify the object written ("" namespace for a cluster-scoped object).
+	Namespace, Name string
+	// Kind is the object's kind, e.g. "Pod".
+	Kind string
+	// Op is the write: "status" (kubelet status apply), "delete" (GC deletes a dependent),
+	// "remove-finalizer" (GC completes a foreground or orphan deletion), "orphan" (GC removes an owner
+	// reference from a dependent of an orphan deletion).
+	Op string
+	// Detail describes the write in a few words (e.g. "Running ready=false restarts=1").
+	Detail string
+	// Err is the error text when the write failed, else "".
+	Err string
+}
+
+type writeLog struct {
+	mu      sync.Mutex
+	entries []Entry
+}
+
+func (l *writeLog) add(e Entry) {
+	if e.Time.IsZero() {
+		e.Time = time.Now()
+	}
+	l.mu.Lock()
+	l.entries = append(l.entries, e)
+	l.mu.Unlock()
+}
+
+func (l *writeLog) get(ns string, all bool) []Entry {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := []Entry{}
+	for _, e := range l.entries {
+		if all || e.Namespace == ns {
+			out = append(out, e)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Time.Before(out[j].Time) })
+	return out
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func key(namespace, name string) types.NamespacedName {
+	return types.NamespacedName{Namespace: namespace, Name: name}
+}

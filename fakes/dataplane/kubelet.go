@@ -1,0 +1,502 @@
+package dataplane
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/ensembletest/ensemble/fakes/internal/trigger"
+)
+
+// KubeletReconciler is the kubelet stand-in, controller "dataplane-kubelet". It reconciles every Pod in every
+// namespace and writes the pod's status by server-side apply with its own field owner, owning only phase,
+// podIP(s), startTime, containerStatuses and the conditions PodScheduled, PodReadyToStartContainers,
+// Initialized, ContainersReady and Ready (so readiness-gate conditions written by an operator keep their own
+// owner). A pod's life:
+//   - created: left Pending (the API server's default) for StartDelay;
+//   - Running: containers started, not ready; after ReadyDelay containers ready;
+//   - Ready = ContainersReady and every spec.readinessGates condition True, recomputed on every pod change;
+//   - a RestartAnnotations value change on a running pod: in-place restart (see Options);
+//   - CrashLoop on: containers waiting in CrashLoopBackOff, restartCount rising; off: start again;
+//   - deletionTimestamp set (a pod kept by a finalizer): containers terminated (exit 0), not ready, phase
+//     Succeeded, connections dropped. A pod without a finalizer is removed by the API server at once (it has
+//     no nodeName); the kubelet does not interfere.
+//
+// Init containers get no status. Create it with New (DataPlane.Kubelet); the zero value is not usable.
+type KubeletReconciler struct {
+	// Client reads Pods and applies their status. Defaults to mgr.GetClient() at setup when nil.
+	Client client.Client
+
+	opts    Options
+	log     *writeLog
+	trigger trigger.Source
+
+	mu      sync.Mutex
+	pods    map[types.NamespacedName]*podState
+	crash   map[types.NamespacedName]bool
+	conns   map[types.NamespacedName]map[uint64]struct{}
+	dropped map[types.NamespacedName]int
+	nextID  uint64
+	nextIP  uint32
+}
+
+type termination struct {
+	exitCode   int32
+	reason     string
+	startedAt  time.Time
+	finishedAt time.Time
+}
+
+type podState struct {
+	uid         types.UID
+	firstSeen   time.Time
+	ip          string
+	running     bool
+	startedAt   time.Time
+	readyAt     time.Time
+	restarts    int32
+	annotations map[string]string
+	crashing    bool
+	nextCrash   time.Time
+	backoff     time.Duration
+	lastTerm    *termination
+	terminated  bool
+	terminateAt time.Time
+}
+
+func newKubelet(opts Options, l *writeLog) *KubeletReconciler {
+	return &KubeletReconciler{
+		opts:    opts,
+		log:     l,
+		pods:    map[types.NamespacedName]*podState{},
+		crash:   map[types.NamespacedName]bool{},
+		conns:   map[types.NamespacedName]map[uint64]struct{}{},
+		dropped: map[types.NamespacedName]int{},
+	}
+}
+
+// Name returns "dataplane-kubelet".
+func (k *KubeletReconciler) Name() string { return KubeletControllerName }
+
+// SetClient sets Client (call before setup).
+func (k *KubeletReconciler) SetClient(c client.Client) { k.Client = c }
+
+// SetupWithManager registers the controller with mgr, reconciling with k itself.
+func (k *KubeletReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return k.SetupWithManagerReconciler(mgr, k)
+}
+
+// SetupWithManagerReconciler registers the controller "dataplane-kubelet" with mgr: it watches every Pod and
+// the kubelet's own trigger (CrashLoop), and calls rec for each request (rec normally wraps k).
+func (k *KubeletReconciler) SetupWithManagerReconciler(mgr ctrl.Manager, rec reconcile.Reconciler) error {
+	if k.Client == nil {
+		k.Client = mgr.GetClient()
+	}
+	return ctrl.NewControllerManagedBy(mgr).
+		Named(KubeletControllerName).
+		For(&corev1.Pod{}).
+		WatchesRawSource(&k.trigger).
+		Complete(rec)
+}
+
+// RestartCount returns the restart count of the pod namespace/name's current incarnation (0 if unseen or gone).
+func (k *KubeletReconciler) RestartCount(namespace, pod string) int32 {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if st := k.pods[key(namespace, pod)]; st != nil {
+		return st.restarts
+	}
+	return 0
+}
+
+// OpenConnection: see DataPlane.OpenConnection.
+func (k *KubeletReconciler) OpenConnection(namespace, pod string) (closeConn func()) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	kk := key(namespace, pod)
+	k.nextID++
+	id := k.nextID
+	if k.conns[kk] == nil {
+		k.conns[kk] = map[uint64]struct{}{}
+	}
+	k.conns[kk][id] = struct{}{}
+	return func() {
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		delete(k.conns[kk], id)
+	}
+}
+
+// Connections: see DataPlane.Connections.
+func (k *KubeletReconciler) Connections(namespace, pod string) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return len(k.conns[key(namespace, pod)])
+}
+
+// Dropped: see DataPlane.Dropped.
+func (k *KubeletReconciler) Dropped(namespace, pod string) int {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.dropped[key(namespace, pod)]
+}
+
+// CrashLoop: see DataPlane.CrashLoop.
+func (k *KubeletReconciler) CrashLoop(namespace, pod string, on bool) {
+	kk := key(namespace, pod)
+	k.mu.Lock()
+	if on {
+		k.crash[kk] = true
+	} else {
+		delete(k.crash, kk)
+	}
+	k.mu.Unlock()
+	k.trigger.Enqueue(reconcile.Request{NamespacedName: kk})
+}
+
+// dropLocked drops every connection held to kk. k.mu must be held.
+func (k *KubeletReconciler) dropLocked(kk types.NamespacedName) {
+	if n := len(k.conns[kk]); n > 0 {
+		k.dropped[kk] += n
+		delete(k.conns, kk)
+	}
+}
+
+// Reconcile advances one pod's simulated life to now and applies the status that results, when it differs
+// from the pod's. It asks to be woken at the pod's next timed step.
+func (k *KubeletReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	pod := &corev1.Pod{}
+	if err := k.Client.Get(ctx, req.NamespacedName, pod); err != nil {
+		if apierrors.IsNotFound(err) {
+			k.mu.Lock()
+			delete(k.pods, req.NamespacedName)
+			k.dropLocked(req.NamespacedName)
+			k.mu.Unlock()
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	now := time.Now()
+	k.mu.Lock()
+	st := k.pods[req.NamespacedName]
+	if st == nil || st.uid != pod.UID {
+		if st != nil {
+			k.dropLocked(req.NamespacedName) // an earlier incarnation vanished between two events
+		}
+		k.nextIP++
+		st = &podState{
+			uid:       pod.UID,
+			firstSeen: now,
+			ip:        fmt.Sprintf("10.88.%d.%d", (k.nextIP/250)%250, k.nextIP%250+1),
+		}
+		k.pods[req.NamespacedName] = st
+	}
+	desired, wake := k.advanceLocked(req.NamespacedName, st, pod, now)
+	k.mu.Unlock()
+
+	result := reconcile.Result{}
+	if !wake.IsZero() {
+		result.RequeueAfter = max(wake.Sub(now), time.Millisecond)
+	}
+	if desired == nil || sameStatus(view(&pod.Status), view(desired)) {
+		return result, nil
+	}
+	keepTransitionTimes(desired, &pod.Status, now)
+	if err := k.apply(ctx, pod, desired); err != nil {
+		if apierrors.IsNotFound(err) {
+			return reconcile.Result{}, nil
+		}
+		return reconcile.Result{}, err
+	}
+	return result, nil
+}
+
+// advanceLocked moves st to now and returns the status to report (nil: leave the pod's status alone) and the
+// time of the next timed step (zero: none). k.mu must be held.
+func (k *KubeletReconciler) advanceLocked(kk types.NamespacedName, st *podState, pod *corev1.Pod, now time.Time) (*corev1.PodStatus, time.Time) {
+	if pod.DeletionTimestamp != nil {
+		if !st.running {
+			return nil, time.Time{}
+		}
+		if !st.terminated {
+			st.terminated = true
+			st.terminateAt = now
+			k.dropLocked(kk)
+		}
+		return k.status(st, pod, false), time.Time{}
+	}
+	runAt := st.firstSeen.Add(k.opts.StartDelay)
+	if now.Before(runAt) {
+		return nil, runAt
+	}
+	if !st.running {
+		st.running = true
+		st.startedAt = now
+		st.readyAt = now.Add(k.opts.ReadyDelay)
+		st.annotations = k.watched(pod)
+	} else if cur := k.watched(pod); !equalMaps(cur, st.annotations) {
+		st.annotations = cur
+		if !st.crashing {
+			st.restarts++
+			k.dropLocked(kk)
+			st.lastTerm = &termination{exitCode: 0, reason: "Completed", startedAt: st.startedAt, finishedAt: now}
+			st.startedAt = now
+			st.readyAt = now.Add(k.opts.ReadyDelay)
+		}
+	}
+	switch crash := k.crash[kk]; {
+	case crash && !st.crashing:
+		st.crashing = true
+		st.restarts++
+		k.dropLocked(kk)
+		st.lastTerm = &termination{exitCode: 1, reason: "Error", startedAt: st.startedAt, finishedAt: now}
+		st.backoff = k.opts.CrashLoopBackoff
+		st.nextCrash = now.Add(st.backoff)
+	case crash && !now.Before(st.nextCrash):
+		st.restarts++
+		st.lastTerm = &termination{exitCode: 1, reason: "Error", startedAt: now, finishedAt: now}
+		st.backoff = min(2*st.backoff, k.opts.CrashLoopMaxBackoff)
+		st.nextCrash = now.Add(st.backoff)
+	case !crash && st.crashing:
+		st.crashing = false
+		st.restarts++
+		st.startedAt = now
+		st.readyAt = now.Add(k.opts.ReadyDelay)
+	}
+	containersReady := !st.crashing && !now.Before(st.readyAt)
+	var wake time.Time
+	switch {
+	case st.crashing:
+		wake = st.nextCrash
+	case !containersReady:
+		wake = st.readyAt
+	}
+	return k.status(st, pod, containersReady), wake
+}
+
+func (k *KubeletReconciler) watched(pod *corev1.Pod) map[string]string {
+	m := make(map[string]string, len(k.opts.RestartAnnotations))
+	for _, a := range k.opts.RestartAnnotations {
+		m[a] = pod.Annotations[a]
+	}
+	return m
+}
+
+func equalMaps(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}
+
+// Condition types owned by the kubelet stand-in.
+var ownedConditions = []corev1.PodConditionType{
+	corev1.PodScheduled, corev1.PodReadyToStartContainers, corev1.PodInitialized, corev1.ContainersReady, corev1.PodReady,
+}
+
+// status builds the status the kubelet reports for st (times in whole seconds, as the API stores them).
+func (k *KubeletReconciler) status(st *podState, pod *corev1.Pod, containersReady bool) *corev1.PodStatus {
+	sec := func(t time.Time) metav1.Time { return metav1.NewTime(t.Truncate(time.Second)) }
+	startTime := sec(st.firstSeen)
+	s := &corev1.PodStatus{
+		Phase:     corev1.PodRunning,
+		PodIP:     st.ip,
+		PodIPs:    []corev1.PodIP{{IP: st.ip}},
+		StartTime: &startTime,
+	}
+	if st.terminated {
+		s.Phase = corev1.PodSucceeded
+	}
+	var unready []string
+	for _, c := range pod.Spec.Containers {
+		cs := corev1.ContainerStatus{
+			Name:         c.Name,
+			Image:        c.Image,
+			ImageID:      "ensemble://" + c.Image,
+			ContainerID:  fmt.Sprintf("ensemble://%s/%s/%d", pod.UID, c.Name, st.restarts),
+			RestartCount: st.restarts,
+		}
+		switch {
+		case st.terminated:
+			cs.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed",
+				StartedAt: sec(st.startedAt), FinishedAt: sec(st.terminateAt)}
+		case st.crashing:
+			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff",
+				Message: fmt.Sprintf("back-off restarting failed container %s", c.Name)}
+		default:
+			cs.State.Running = &corev1.ContainerStateRunning{StartedAt: sec(st.startedAt)}
+			cs.Started = ptrTo(true)
+			cs.Ready = containersReady
+		}
+		if cs.Started == nil {
+			cs.Started = ptrTo(false)
+		}
+		if t := st.lastTerm; t != nil {
+			cs.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{ExitCode: t.exitCode, Reason: t.reason,
+				StartedAt: sec(t.startedAt), FinishedAt: sec(t.finishedAt)}
+		}
+		if !cs.Ready {
+			unready = append(unready, c.Name)
+		}
+		s.ContainerStatuses = append(s.ContainerStatuses, cs)
+	}
+	cond := func(t corev1.PodConditionType, ok bool, reason, msg string) corev1.PodCondition {
+		c := corev1.PodCondition{Type: t, Status: corev1.ConditionTrue}
+		if !ok {
+			c.Status, c.Reason, c.Message = corev1.ConditionFalse, reason, msg
+		}
+		return c
+	}
+	cr := len(unready) == 0
+	crMsg := fmt.Sprintf("containers with unready status: [%s]", strings.Join(unready, " "))
+	readyOK, readyReason, readyMsg := cr, "ContainersNotReady", crMsg
+	if st.terminated {
+		readyReason, crMsg, readyMsg = "PodCompleted", "", ""
+	}
+	if readyOK {
+		var missing, falseGates []string
+		for _, g := range pod.Spec.ReadinessGates {
+			c := findCondition(&pod.Status, g.ConditionType)
+			switch {
+			case c == nil:
+				missing = append(missing, string(g.ConditionType))
+			case c.Status != corev1.ConditionTrue:
+				falseGates = append(falseGates, string(g.ConditionType))
+			}
+		}
+		if len(missing)+len(falseGates) > 0 {
+			readyOK, readyReason = false, "ReadinessGatesNotReady"
+			var parts []string
+			if len(missing) > 0 {
+				parts = append(parts, fmt.Sprintf("corresponding condition of pod readiness gate %q does not exist.", strings.Join(missing, ", ")))
+			}
+			if len(falseGates) > 0 {
+				parts = append(parts, fmt.Sprintf("the status of pod readiness gate %q is not \"True\", but False", strings.Join(falseGates, ", ")))
+			}
+			readyMsg = strings.Join(parts, " ")
+		}
+	}
+	crReason := "ContainersNotReady"
+	if st.terminated {
+		crReason = "PodCompleted"
+	}
+	s.Conditions = []corev1.PodCondition{
+		cond(corev1.PodScheduled, true, "", ""),
+		cond(corev1.PodReadyToStartContainers, !st.terminated, "", ""),
+		cond(corev1.PodInitialized, true, "", ""),
+		cond(corev1.ContainersReady, cr, crReason, crMsg),
+		cond(corev1.PodReady, readyOK, readyReason, readyMsg),
+	}
+	return s
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+func findCondition(s *corev1.PodStatus, t corev1.PodConditionType) *corev1.PodCondition {
+	for i := range s.Conditions {
+		if s.Conditions[i].Type == t {
+			return &s.Conditions[i]
+		}
+	}
+	return nil
+}
+
+// keepTransitionTimes sets each desired condition's lastTransitionTime: the current one when its status did
+// not change, else now.
+func keepTransitionTimes(desired, current *corev1.PodStatus, now time.Time) {
+	for i := range desired.Conditions {
+		c := &desired.Conditions[i]
+		if old := findCondition(current, c.Type); old != nil && old.Status == c.Status && !old.LastTransitionTime.IsZero() {
+			c.LastTransitionTime = old.LastTransitionTime
+		} else {
+			c.LastTransitionTime = metav1.NewTime(now.Truncate(time.Second))
+		}
+	}
+}
+
+// statusView is the part of a pod status the kubelet owns, in comparable form.
+type statusView struct {
+	Phase      corev1.PodPhase
+	PodIP      string
+	StartTime  int64
+	Conditions string
+	Containers string
+}
+
+func view(s *corev1.PodStatus) statusView {
+	v := statusView{Phase: s.Phase, PodIP: s.PodIP}
+	if s.StartTime != nil {
+		v.StartTime = s.StartTime.Unix()
+	}
+	var conds []string
+	for _, t := range ownedConditions {
+		if c := findCondition(s, t); c != nil {
+			conds = append(conds, fmt.Sprintf("%s=%s/%s/%s", c.Type, c.Status, c.Reason, c.Message))
+		}
+	}
+	sort.Strings(conds)
+	v.Conditions = strings.Join(conds, ";")
+	var cs []string
+	for _, c := range s.ContainerStatuses {
+		started := c.Started != nil && *c.Started
+		cs = append(cs, fmt.Sprintf("%s ready=%t started=%t restarts=%d state=%s last=%s",
+			c.Name, c.Ready, started, c.RestartCount, stateString(c.State), stateString(c.LastTerminationState)))
+	}
+	v.Containers = strings.Join(cs, ";")
+	return v
+}
+
+func stateString(s corev1.ContainerState) string {
+	switch {
+	case s.Running != nil:
+		return fmt.Sprintf("running@%d", s.Running.StartedAt.Unix())
+	case s.Waiting != nil:
+		return "waiting:" + s.Waiting.Reason
+	case s.Terminated != nil:
+		return fmt.Sprintf("terminated:%s/%d@%d-%d", s.Terminated.Reason, s.Terminated.ExitCode,
+			s.Terminated.StartedAt.Unix(), s.Terminated.FinishedAt.Unix())
+	}
+	return ""
+}
+
+func sameStatus(a, b statusView) bool { return a == b }
+
+// apply writes desired as the kubelet's server-side-applied pod status.
+func (k *KubeletReconciler) apply(ctx context.Context, pod *corev1.Pod, desired *corev1.PodStatus) error {
+	raw, err := json.Marshal(desired)
+	if err != nil {
+		return err
+	}
+	sac := &corev1ac.PodStatusApplyConfiguration{}
+	if err := json.Unmarshal(raw, sac); err != nil {
+		return err
+	}
+	ac := corev1ac.Pod(pod.Name, pod.Namespace).WithStatus(sac)
+	err = k.Client.Status().Apply(ctx, ac, client.FieldOwner(k.opts.FieldOwner), client.ForceOwnership)
+	ready := findCondition(desired, corev1.PodReady)
+	restarts := int32(0)
+	if len(desired.ContainerStatuses) > 0 {
+		restarts = desired.ContainerStatuses[0].RestartCount
+	}
+	k.log.add(Entry{Controller: KubeletControllerName, Namespace: pod.Namespace, Name: pod.Name, Kind: "Pod", Op: "status",
+		Detail: fmt.Sprintf("%s ready=%s restarts=%d", desired.Phase, ready.Status, restarts), Err: errText(err)})
+	return err
+}

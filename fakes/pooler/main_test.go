@@ -1,0 +1,108 @@
+package pooler_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/ensembletest/ensemble/fakes/dataplane"
+	"github.com/ensembletest/ensemble/fakes/pooler"
+)
+
+// Shared by every test of the package: one envtest, one manager running the data plane and the pooler
+// simulator, one direct client.
+var (
+	k8s   client.Client
+	store *pooler.Store
+)
+
+func TestMain(m *testing.M) { os.Exit(run(m)) }
+
+func run(m *testing.M) int {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: export KUBEBUILDER_ASSETS=$(tools/envtest/build.sh --dir)")
+		return 1
+	}
+	ctrl.SetLogger(logr.New(errorSink{}))
+	env := &envtest.Environment{}
+	cfg, err := env.Start()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "envtest:", err)
+		return 1
+	}
+	defer func() { _ = env.Stop() }()
+
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		panic(err)
+	}
+	k8s, err = client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		panic(err)
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:     scheme,
+		Metrics:    metricsserver.Options{BindAddress: "0"},
+		Controller: config.Controller{SkipNameValidation: ptr(true)},
+	})
+	if err != nil {
+		panic(err)
+	}
+	if err := dataplane.New(dataplane.Options{}).SetupWithManager(mgr); err != nil {
+		panic(err)
+	}
+	store = pooler.New(pooler.Options{})
+	if err := store.SetupWithManager(mgr); err != nil {
+		panic(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	code := m.Run()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "manager:", err)
+		}
+	case <-time.After(10 * time.Second):
+		fmt.Fprintln(os.Stderr, "manager did not stop within 10s")
+	}
+	return code
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// errorSink is a logr sink that prints errors only.
+type errorSink struct{}
+
+func (errorSink) Init(logr.RuntimeInfo)            {}
+func (errorSink) Enabled(int) bool                 { return false }
+func (errorSink) Info(int, string, ...any)         {}
+func (s errorSink) WithValues(...any) logr.LogSink { return s }
+func (s errorSink) WithName(string) logr.LogSink   { return s }
+func (errorSink) Error(err error, msg string, kv ...any) {
+	fmt.Fprintln(os.Stderr, "ERROR", msg, err, kv)
+}
+
+func namespace(t *testing.T) string {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "pooler-"}}
+	if err := k8s.Create(context.Background(), ns); err != nil {
+		t.Fatal(err)
+	}
+	return ns.Name
+}

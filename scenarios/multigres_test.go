@@ -1,0 +1,235 @@
+package scenarios
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/ensembletest/ensemble/fakes/dataplane"
+	"github.com/ensembletest/ensemble/fixtures"
+	"github.com/ensembletest/ensemble/operators/multigres"
+	mgv1 "github.com/ensembletest/ensemble/operators/multigres/api/v1alpha1"
+	"github.com/ensembletest/ensemble/suite"
+)
+
+// healthyTimeout bounds how long a small cluster may take to become Healthy (it takes about a second).
+const healthyTimeout = 30 * time.Second
+
+// shardOf reads the case's shard.
+func shardOf(c *suite.Case, name string) *mgv1.Shard {
+	GinkgoHelper()
+	sh := &mgv1.Shard{}
+	Expect(c.Get(name, sh)).To(Succeed())
+	return sh
+}
+
+// podReady reports whether the named pod of the case exists and its Ready condition is True.
+func podReady(c *suite.Case, name string) bool {
+	p := &corev1.Pod{}
+	if err := c.Get(name, p); err != nil {
+		return false
+	}
+	for _, cond := range p.Status.Conditions {
+		if cond.Type == corev1.PodReady {
+			return cond.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// roles returns the pods holding role in podRoles, sorted.
+func roles(podRoles map[string]string, role string) []string {
+	var out []string
+	for p, r := range podRoles {
+		if r == role {
+			out = append(out, p)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// bringUpHealthy creates the spec's cluster in the case and waits until its shard is Healthy; it returns
+// how long that took.
+func bringUpHealthy(c *suite.Case, spec fixtures.MultigresSpec) time.Duration {
+	GinkgoHelper()
+	cluster, err := fixtures.Multigres(spec)
+	Expect(err).NotTo(HaveOccurred())
+	start := time.Now()
+	Expect(c.Create(cluster)).To(Succeed())
+	name := spec.Names().Shard
+	Eventually(func(g Gomega) {
+		sh := &mgv1.Shard{}
+		g.Expect(c.Get(name, sh)).To(Succeed())
+		g.Expect(sh.Status.Phase).To(Equal(mgv1.PhaseHealthy), "shard %s: %s", name, sh.Status.Message)
+	}).WithTimeout(healthyTimeout).Should(Succeed())
+	return time.Since(start)
+}
+
+var _ = Describe("multigres", Label("multigres"), func() {
+	It("a cluster of one shard and a pool of 2 becomes Healthy with one PRIMARY and both pool pods Ready", func() {
+		c := s.NewCase(GinkgoT())
+		spec := fixtures.MultigresSpec{}
+		took := bringUpHealthy(c, spec)
+		AddReportEntry("cluster Healthy after", took.Round(time.Millisecond).String())
+
+		sh := shardOf(c, spec.Names().Shard)
+		pods := spec.PoolPods("main", 2)
+		Expect(roles(sh.Status.PodRoles, "PRIMARY")).To(HaveLen(1), "podRoles = %v", sh.Status.PodRoles)
+		Expect(sets.List(sets.KeySet(sh.Status.PodRoles))).To(Equal(pods), "podRoles must name exactly the pool pods")
+		Expect(sh.Status.PoolsReady && sh.Status.OrchReady).To(BeTrue())
+		for _, p := range pods {
+			Expect(podReady(c, p)).To(BeTrue(), "pool pod %s is not Ready", p)
+		}
+	})
+
+	It("a healthy shard is quiescent for 1 s, its fields owned by the declared field managers", func() {
+		c := s.NewCase(GinkgoT())
+		spec := fixtures.MultigresSpec{}
+		bringUpHealthy(c, spec)
+
+		took := c.RequireQuiescent(time.Second, 20*time.Second)
+		AddReportEntry("healthy shard proven quiescent (1 s window) in", took.Round(time.Millisecond).String(), ReportEntryVisibilityAlways)
+
+		sh := shardOf(c, spec.Names().Shard)
+		Expect(suite.RequireDeclaredManagers(sh, multigres.FieldOwners()...)).To(Succeed())
+		own, err := suite.OwnershipOf(sh)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(own.Owners("status.podRoles")).To(Equal([]string{multigres.FieldOwnerResourceHandler}), "podRoles must have one field owner")
+		for _, p := range spec.PoolPods("main", 2) {
+			pod := &corev1.Pod{}
+			Expect(c.Get(p, pod)).To(Succeed())
+			Expect(suite.RequireDeclaredManagers(pod, append(multigres.FieldOwners(), dataplane.DefaultFieldOwner)...)).To(Succeed())
+		}
+	})
+
+	It("deleting the cluster removes the shard, then the tablegroup, then the cluster, and every pod", func() {
+		c := s.NewCase(GinkgoT())
+		spec := fixtures.MultigresSpec{}
+		bringUpHealthy(c, spec)
+		names := spec.Names()
+
+		cluster := &mgv1.MultigresCluster{}
+		Expect(c.Get(names.Cluster, cluster)).To(Succeed())
+		Expect(c.Delete(cluster)).To(Succeed())
+		Eventually(func(g Gomega) {
+			g.Expect(apierrors.IsNotFound(c.Get(names.Cluster, &mgv1.MultigresCluster{}))).To(BeTrue(), "cluster still there")
+		}).WithTimeout(healthyTimeout).Should(Succeed())
+
+		Expect(apierrors.IsNotFound(c.Get(names.Shard, &mgv1.Shard{}))).To(BeTrue(), "the shard outlived its cluster")
+		Expect(apierrors.IsNotFound(c.Get(names.TableGroup, &mgv1.TableGroup{}))).To(BeTrue(), "the tablegroup outlived its cluster")
+		pods := &corev1.PodList{}
+		Expect(c.List(pods)).To(Succeed())
+		Expect(pods.Items).To(BeEmpty(), "pods left after the cluster is gone")
+
+		deleted := map[string]int64{}
+		for _, ch := range c.Changes(suite.ChangeFilter{Type: "Deleted"}) {
+			rv, err := strconv.ParseInt(ch.ResourceVersion, 10, 64)
+			Expect(err).NotTo(HaveOccurred())
+			deleted[ch.Kind+"/"+ch.Name] = rv
+		}
+		shardRV, tgRV, clusterRV := deleted["Shard/"+names.Shard], deleted["TableGroup/"+names.TableGroup], deleted["MultigresCluster/"+names.Cluster]
+		Expect([]int64{shardRV, tgRV, clusterRV}).To(HaveEach(BeNumerically(">", 0)), "a deletion was not observed: %v", deleted)
+		Expect(shardRV).To(BeNumerically("<", tgRV), "the tablegroup went before its shard")
+		Expect(tgRV).To(BeNumerically("<", clusterRV), "the cluster went before its tablegroup")
+	})
+
+	It("a pool scaled 2 -> 3 while pooler registrations are held: the late pooler's role lands in podRoles", func() {
+		c := s.NewCase(GinkgoT())
+		spec := fixtures.MultigresSpec{}
+		bringUpHealthy(c, spec)
+		names := spec.Names()
+		newPod := spec.PoolPods("main", 3)[2]
+
+		topology.Hold(c.Namespace)
+		DeferCleanup(topology.Release, c.Namespace)
+		cluster := &mgv1.MultigresCluster{}
+		Expect(c.Update(names.Cluster, cluster, func() {
+			sh := &cluster.Spec.Databases[0].TableGroups[0].Shards[0]
+			p := sh.Pools["main"]
+			p.ReplicasPerCell = 3
+			sh.Pools["main"] = p
+		})).To(Succeed())
+
+		By("holding the registration until the shard has been stable for 1 s")
+		Eventually(func(g Gomega) {
+			p := &corev1.Pod{}
+			g.Expect(c.Get(newPod, p)).To(Succeed())
+			g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning))
+		}).WithTimeout(healthyTimeout).Should(Succeed())
+		c.RequireQuiescent(time.Second, 30*time.Second, suite.StateOnly())
+		sh := shardOf(c, names.Shard)
+		Expect(sh.Status.PodRoles).NotTo(HaveKey(newPod), "the held pooler's role appeared before Release: the race was not constructed")
+		Expect(sh.Status.Phase).NotTo(Equal(mgv1.PhaseHealthy), "a shard with an unregistered pooler reports Healthy")
+
+		By("releasing the registration")
+		released := time.Now()
+		topology.Release(c.Namespace)
+		Eventually(func(g Gomega) {
+			sh := &mgv1.Shard{}
+			g.Expect(c.Get(names.Shard, sh)).To(Succeed())
+			g.Expect(sh.Status.PodRoles).To(HaveKeyWithValue(newPod, "REPLICA"))
+			g.Expect(sh.Status.Phase).To(Equal(mgv1.PhaseHealthy))
+		}).WithTimeout(healthyTimeout).Should(Succeed(), "the late pooler's role never landed in podRoles")
+		Expect(podReady(c, newPod)).To(BeTrue())
+		AddReportEntry("late pooler's role landed after Release in", time.Since(released).Round(time.Millisecond).String())
+	})
+
+	It("pins MG-CONDITION-MAP-ORDER: the StorageClassValid message over a window with two missing classes", Label("pin"), func() {
+		c := s.NewCase(GinkgoT())
+		spec := fixtures.MultigresSpec{Pools: map[string]fixtures.Pool{
+			"alpha": {ReplicasPerCell: 1, StorageClass: "missing-alpha"},
+			"beta":  {ReplicasPerCell: 1, StorageClass: "missing-beta"},
+		}}
+		cluster, err := fixtures.Multigres(spec)
+		Expect(err).NotTo(HaveOccurred())
+		Expect(c.Create(cluster)).To(Succeed())
+		name := spec.Names().Shard
+		Eventually(func(g Gomega) {
+			g.Expect(storageClassValid(c, name)).To(ContainSubstring("missing-alpha"))
+		}).WithTimeout(healthyTimeout).Should(Succeed(), "the shard never reported its missing StorageClasses")
+
+		const passes = 40
+		start := time.Now()
+		first := storageClassValid(c, name)
+		Eventually(func() int {
+			return len(c.Passes(suite.PassFilter{Name: name, Controller: multigres.ShardControllerName, Since: start}))
+		}).WithTimeout(healthyTimeout).Should(BeNumerically(">=", passes), "the shard was not reconciled %d times", passes)
+
+		c.KnownDefect(multigres.DefectConditionMapOrder, func() error {
+			msgs := sets.New(first)
+			for _, ch := range c.Changes(suite.ChangeFilter{Kind: "Shard", Name: name, Since: start}) {
+				for _, f := range ch.Fields {
+					if f.Path == "status.conditions[type=StorageClassValid].message" {
+						msgs.Insert(f.New)
+					}
+				}
+			}
+			if msgs.Len() > 1 {
+				return fmt.Errorf("StorageClassValid message took %d values over %d passes: %q", msgs.Len(), passes, sets.List(msgs))
+			}
+			return nil
+		})
+	})
+})
+
+// storageClassValid returns the StorageClassValid condition's message of the case's shard ("" when absent).
+func storageClassValid(c *suite.Case, name string) string {
+	sh := &mgv1.Shard{}
+	if err := c.Get(name, sh); err != nil {
+		return ""
+	}
+	for _, cond := range sh.Status.Conditions {
+		if cond.Type == mgv1.ConditionStorageClassValid {
+			return cond.Message
+		}
+	}
+	return ""
+}

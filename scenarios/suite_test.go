@@ -1,0 +1,81 @@
+// Package scenarios is ensemble's scenario tier: one Ginkgo suite, one file per joint between controllers.
+// BeforeSuite boots envtest once with every reconciler of the Multigres reference operator, the data-plane
+// simulator, the pooler simulator and the harness's own test controller; each spec works in its own
+// namespace through a suite.Case.
+package scenarios
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/ensembletest/ensemble/fakes/dataplane"
+	"github.com/ensembletest/ensemble/fakes/pooler"
+	"github.com/ensembletest/ensemble/fixtures"
+	"github.com/ensembletest/ensemble/operators/multigres"
+	"github.com/ensembletest/ensemble/pins"
+	"github.com/ensembletest/ensemble/suite"
+)
+
+var (
+	// s is the suite every spec runs in.
+	s *suite.Suite
+	// dp and topology are the fakes, for specs that steer them (Hold/Release) or read their logs.
+	dp       *dataplane.DataPlane
+	topology *pooler.Store
+	// mgOptions are the Multigres operator's options in this run (catalog defaults + ENSEMBLE_DEFECTS).
+	mgOptions multigres.Options
+)
+
+func TestScenarios(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "ensemble scenarios")
+}
+
+var _ = BeforeSuite(func(ctx SpecContext) {
+	scheme, err := fixtures.Scheme()
+	Expect(err).NotTo(HaveOccurred())
+	mgOptions, err = fixtures.MultigresOptions()
+	Expect(err).NotTo(HaveOccurred())
+	dp = dataplane.New(dataplane.Options{})
+	topology = pooler.New(pooler.Options{})
+
+	s, err = suite.Boot(ctx, suite.Options{
+		Scheme:            scheme,
+		CRDDirectoryPaths: []string{fixtures.MultigresCRDs},
+		WatchKinds:        append(fixtures.MultigresWatchKinds(), &corev1.ConfigMap{}),
+		Pins:              pins.Default,
+		Managers: []suite.ManagerOptions{
+			fixtures.DataPlaneManager(dp),
+			fixtures.PoolerManager(topology),
+			fixtures.MultigresManager("multigres", mgOptions, topology),
+			harnessManager(),
+		},
+	})
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(func() { Expect(s.Stop()).To(Succeed()) })
+	for _, d := range fixtures.FakeLogs(dp, topology) {
+		s.AddDumper(d)
+	}
+	Expect(createStorageClass(ctx, fixtures.StandardStorageClass)).To(Succeed())
+	AddReportEntry("envtest boot", s.EnvtestBoot.Round(time.Millisecond).String(), ReportEntryVisibilityAlways)
+	AddReportEntry("suite ready (managers started, caches synced)", s.Ready.Round(time.Millisecond).String(), ReportEntryVisibilityAlways)
+}, NodeTimeout(3*time.Minute))
+
+// createStorageClass creates a cluster-scoped StorageClass (AlreadyExists is fine).
+func createStorageClass(ctx context.Context, name string) error {
+	sc := &storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: name}, Provisioner: "ensemble.test/none"}
+	if err := s.Client.Create(ctx, sc); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
+
