@@ -78,4 +78,3 @@ func createStorageClass(ctx context.Context, name string) error {
 	}
 	return nil
 }
-

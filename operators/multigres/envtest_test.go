@@ -138,9 +138,9 @@ func (m *memTopo) register(ns string, pod *corev1.Pod) {
 	}
 }
 
-// kubelet marks pods Ready when every readiness gate is True and registers a pooler per pool pod 300 ms after
+// kubelet marks pods Ready when every readiness gate is True and registers a pooler per pool pod delay after
 // it first sees the pod (a topology write: no Kubernetes event).
-func kubelet(ctx context.Context, ns string, tp *memTopo) {
+func kubelet(ctx context.Context, ns string, tp *memTopo, delay time.Duration) {
 	seen := map[string]time.Time{}
 	for ctx.Err() == nil {
 		pods := &corev1.PodList{}
@@ -151,7 +151,7 @@ func kubelet(ctx context.Context, ns string, tp *memTopo) {
 					seen[p.Name] = time.Now()
 				}
 				if p.Labels[multigres.LabelComponent] == multigres.ComponentShardPool &&
-					time.Since(seen[p.Name]) > 300*time.Millisecond {
+					time.Since(seen[p.Name]) > delay {
 					tp.register(ns, p)
 				}
 				ready := corev1.ConditionTrue
@@ -190,8 +190,14 @@ func findPodCond(p *corev1.Pod, t corev1.PodConditionType) *corev1.PodCondition 
 	return nil
 }
 
-// start boots a namespace, the three controllers (scoped to it) with opts, the kubelet and the topology.
+// start boots a namespace, the three controllers (scoped to it) with opts, the kubelet and the topology
+// (poolers register 300 ms after their pod appears).
 func start(t *testing.T, opts multigres.Options) (context.Context, string) {
+	return startWith(t, opts, 300*time.Millisecond)
+}
+
+// startWith is start with the pooler registration delay.
+func startWith(t *testing.T, opts multigres.Options, registerDelay time.Duration) (context.Context, string) {
 	t.Helper()
 	if restCfg == nil {
 		t.Skip("no envtest binaries (tools/envtest/build.sh) or -short")
@@ -223,7 +229,7 @@ func start(t *testing.T, opts multigres.Options) (context.Context, string) {
 	}
 	done := make(chan struct{}, 2)
 	go func() { _ = mgr.Start(ctx); done <- struct{}{} }()
-	go func() { kubelet(ctx, ns.Name, tp); done <- struct{}{} }()
+	go func() { kubelet(ctx, ns.Name, tp, registerDelay); done <- struct{}{} }()
 	t.Cleanup(func() { cancel(); <-done; <-done })
 	return ctx, ns.Name
 }
@@ -522,7 +528,7 @@ func TestNoRequeueUnconverged(t *testing.T) {
 		t.Run(fmt.Sprint("live=", live), func(t *testing.T) {
 			g := NewWithT(t)
 			opts := multigres.DefaultOptions().WithDefect(multigres.DefectNoRequeueUnconverged, live)
-			ctx, ns := start(t, opts)
+			ctx, ns := startWith(t, opts, 1500*time.Millisecond)
 			storageClass(ctx, t, "fast")
 			g.Expect(direct.Create(ctx, cluster(ns, basicShard()))).To(Succeed())
 			// Poolers register (in topology, no event) after the pods exist; only a requeue sees them.
@@ -533,7 +539,7 @@ func TestNoRequeueUnconverged(t *testing.T) {
 			}
 			wait := 20 * time.Second
 			if live {
-				wait = 3 * time.Second
+				wait = 4 * time.Second
 			}
 			deadline := time.Now().Add(wait)
 			for !healthy() && time.Now().Before(deadline) {
