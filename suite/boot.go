@@ -5,14 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/go-logr/logr"
+
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -25,6 +24,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/ensembletest/ensemble/internal/controlplane"
 )
 
 // Options configures Boot.
@@ -90,7 +91,7 @@ type Suite struct {
 	Ready time.Duration
 
 	opts     Options
-	env      *envtest.Environment
+	plane    *controlplane.Plane
 	rec      *Recorder
 	stream   *Stream
 	gate     *Gate
@@ -101,8 +102,6 @@ type Suite struct {
 	order    []string
 	stopOnce sync.Once
 	stopErr  error
-	children []int
-	sigDone  chan struct{}
 	dumpers  []Dumper
 }
 
@@ -143,7 +142,10 @@ func (m *Manager) Stop() error {
 
 // Boot starts envtest (the binaries resolved by AssetsDir), installs the CRDs, starts the event stream and
 // one manager per ManagerOptions, and returns once every cache has synced. On SIGINT or SIGTERM it stops
-// everything it started and re-raises the signal, so no kube-apiserver or etcd outlives the test process.
+// the managers and the control plane, so no kube-apiserver or etcd outlives the test process (a test
+// framework that handles the signal, such as Ginkgo, then ends the run as usual; otherwise the signal is
+// re-raised after a grace period). Control planes left by a test process that was killed outright are
+// killed by the next Boot.
 //
 // Errors (each one line that says what to do): missing envtest binaries, a CRD path that does not exist
 // or holds no CRD, a nil Scheme, an empty or duplicate manager name, a manager that fails to register or
@@ -156,8 +158,7 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 	if err := validateManagers(opts.Managers); err != nil {
 		return nil, err
 	}
-	assets, err := AssetsDir()
-	if err != nil {
+	if _, err := AssetsDir(); err != nil {
 		return nil, err
 	}
 	crdPaths, err := resolveCRDPaths(opts.CRDDirectoryPaths)
@@ -171,27 +172,23 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 	} else {
 		logf.SetLogger(logr.Discard())
 	}
-	reapOrphans()
 
 	notify := newBroadcast()
 	s := &Suite{opts: opts, notify: notify, rec: newRecorder(opts.Scheme, notify), stream: newStream(opts.Scheme, notify),
-		gate: newGate(), managers: map[string]*Manager{}, sigDone: make(chan struct{})}
-	s.env = &envtest.Environment{
-		BinaryAssetsDirectory:    assets,
+		gate: newGate(), managers: map[string]*Manager{}}
+	plane, err := controlplane.Start(&envtest.Environment{
 		CRDDirectoryPaths:        crdPaths,
 		ErrorIfCRDPathMissing:    true,
 		Scheme:                   opts.Scheme,
 		ControlPlaneStartTimeout: opts.StartTimeout,
 		ControlPlaneStopTimeout:  opts.StopTimeout,
-	}
-	s.watchSignals()
-	cfg, err := s.env.Start()
-	s.children = recordChildren()
+	}, func() { _ = s.Stop() })
 	if err != nil {
-		_ = s.Stop()
-		return nil, fmt.Errorf("suite: envtest did not start with binaries from %s: %w (rebuild them with `make envtest-assets`)", assets, err)
+		return nil, err
 	}
+	s.plane = plane
 	s.EnvtestBoot = time.Since(start)
+	cfg := plane.Config
 	s.Config = cfg
 	if s.Client, err = client.New(cfg, client.Options{Scheme: opts.Scheme}); err != nil {
 		_ = s.Stop()
@@ -348,58 +345,35 @@ func (s *Suite) Gate() *Gate { return s.gate }
 // call more than once and from several goroutines; later calls return the first call's error.
 func (s *Suite) Stop() error {
 	s.stopOnce.Do(func() {
-		var errs []error
-		s.mu.Lock()
-		var ms []*Manager
-		for i := len(s.order) - 1; i >= 0; i-- {
-			if m, ok := s.managers[s.order[i]]; ok {
-				ms = append(ms, m)
-			}
-		}
-		s.mu.Unlock()
-		for _, m := range ms {
-			if err := m.Stop(); err != nil {
-				errs = append(errs, err)
-			}
-		}
+		errs := s.stopManagers()
 		if s.cancel != nil {
 			s.cancel()
 		}
-		if s.env != nil {
-			if err := s.env.Stop(); err != nil {
-				errs = append(errs, fmt.Errorf("suite: stopping envtest: %w", err))
+		if s.plane != nil {
+			if err := s.plane.Stop(); err != nil {
+				errs = append(errs, err)
 			}
 		}
-		killAll(s.children)
-		forgetChildren()
-		close(s.sigDone)
 		s.stopErr = errors.Join(errs...)
 	})
 	return s.stopErr
 }
 
-// signalGrace is how long the test process may go on after a SIGINT or SIGTERM (for Ginkgo to run its
-// cleanup and write its reports) before watchSignals re-raises the signal with the default action.
-const signalGrace = 10 * time.Second
-
-// watchSignals stops the suite on SIGINT or SIGTERM, so no kube-apiserver or etcd outlives the process. A
-// test framework that handles the signal itself (Ginkgo) then ends the run as usual; otherwise the signal
-// is re-raised with its default action after signalGrace, and the process ends as it would have without
-// the suite.
-func (s *Suite) watchSignals() {
-	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
-	go func() {
-		select {
-		case sig := <-ch:
-			_ = s.Stop()
-			time.AfterFunc(signalGrace, func() {
-				signal.Stop(ch)
-				signal.Reset(sig)
-				_ = syscall.Kill(os.Getpid(), sig.(syscall.Signal))
-			})
-		case <-s.sigDone:
-			signal.Stop(ch)
+// stopManagers stops the running managers, last started first, and returns their errors.
+func (s *Suite) stopManagers() []error {
+	var errs []error
+	s.mu.Lock()
+	var ms []*Manager
+	for i := len(s.order) - 1; i >= 0; i-- {
+		if m, ok := s.managers[s.order[i]]; ok {
+			ms = append(ms, m)
 		}
-	}()
+	}
+	s.mu.Unlock()
+	for _, m := range ms {
+		if err := m.Stop(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
 }

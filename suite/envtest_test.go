@@ -2,16 +2,18 @@ package suite
 
 import (
 	"context"
-	"os"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/ensembletest/ensemble/internal/controlplane"
 )
 
 // marker is a converging controller: it sets data.seen on every ConfigMap once.
@@ -37,10 +39,7 @@ func (m *marker) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 // through a Case, and checks that Stop leaves no control-plane process and no goroutine of the suite.
 func TestPlainTestingT(t *testing.T) {
 	if _, err := AssetsDir(); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal(err)
-		}
-		t.Skipf("envtest binaries not built (%v): `make test` builds them", err)
+		t.Fatal(err)
 	}
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	s, err := Boot(t.Context(), Options{Scheme: newScheme(), WatchKinds: []client.Object{&corev1.ConfigMap{}},
@@ -52,8 +51,8 @@ func TestPlainTestingT(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("envtest boot %s, ready %s", s.EnvtestBoot, s.Ready)
-	if len(childControlPlanes()) != 2 {
-		t.Fatalf("want kube-apiserver and etcd as children, got pids %v", childControlPlanes())
+	if len(controlplane.ChildControlPlanes()) != 2 {
+		t.Fatalf("want kube-apiserver and etcd as children, got pids %v", controlplane.ChildControlPlanes())
 	}
 
 	t.Run("case", func(t *testing.T) {
@@ -75,7 +74,7 @@ func TestPlainTestingT(t *testing.T) {
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	if left := childControlPlanes(); len(left) != 0 {
+	if left := controlplane.ChildControlPlanes(); len(left) != 0 {
 		t.Fatalf("control-plane processes left after Stop: %v", left)
 	}
 }

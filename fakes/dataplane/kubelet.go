@@ -122,7 +122,7 @@ func (k *KubeletReconciler) RestartCount(namespace, pod string) int32 {
 	return 0
 }
 
-// OpenConnection: see DataPlane.OpenConnection.
+// OpenConnection registers a client connection held by the pod and returns the func that closes it normally; see DataPlane.OpenConnection.
 func (k *KubeletReconciler) OpenConnection(namespace, pod string) (closeConn func()) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -140,21 +140,21 @@ func (k *KubeletReconciler) OpenConnection(namespace, pod string) (closeConn fun
 	}
 }
 
-// Connections: see DataPlane.Connections.
+// Connections counts the open connections of the pod; see DataPlane.Connections.
 func (k *KubeletReconciler) Connections(namespace, pod string) int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return len(k.conns[key(namespace, pod)])
 }
 
-// Dropped: see DataPlane.Dropped.
+// Dropped counts the connections of the pod dropped by restarts or termination; see DataPlane.Dropped.
 func (k *KubeletReconciler) Dropped(namespace, pod string) int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.dropped[key(namespace, pod)]
 }
 
-// CrashLoop: see DataPlane.CrashLoop.
+// CrashLoop turns crash-loop injection on or off for the pod; see DataPlane.CrashLoop.
 func (k *KubeletReconciler) CrashLoop(namespace, pod string, on bool) {
 	kk := key(namespace, pod)
 	k.mu.Lock()

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ensembletest/ensemble/internal/controlplane"
+
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,18 +34,14 @@ var (
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: export KUBEBUILDER_ASSETS=$(tools/envtest/build.sh --dir)")
-		return 1
-	}
 	ctrl.SetLogger(logr.New(errorSink{}))
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
+	plane, err := controlplane.Start(&envtest.Environment{}, nil)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "envtest:", err)
+		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer func() { _ = env.Stop() }()
+	defer func() { _ = plane.Stop() }()
+	cfg := plane.Config
 
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {

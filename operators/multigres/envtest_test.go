@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ensembletest/ensemble/internal/controlplane"
+
 	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -45,47 +47,33 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	dir := os.Getenv("KUBEBUILDER_ASSETS")
-	if dir == "" {
-		data := os.Getenv("XDG_DATA_HOME")
-		if data == "" {
-			home, _ := os.UserHomeDir()
-			data = filepath.Join(home, ".local", "share")
-		}
-		dir = filepath.Join(data, "kubebuilder-envtest", "k8s", "1.37.2-linux-amd64")
-	}
-	_, errA := os.Stat(filepath.Join(dir, "kube-apiserver"))
-	_, errE := os.Stat(filepath.Join(dir, "etcd"))
-	short := false
 	for _, a := range os.Args {
-		short = short || a == "-test.short" || a == "-test.short=true"
-	}
-	if errA != nil || errE != nil || short {
-		os.Exit(m.Run()) // envtest tests skip themselves (restCfg nil)
+		if a == "-test.short" || a == "-test.short=true" {
+			os.Exit(m.Run()) // envtest tests skip themselves under -short (restCfg nil)
+		}
 	}
 	logf.SetLogger(logr.Discard())
 	_ = clientgoscheme.AddToScheme(scheme)
 	_ = mgv1.AddToScheme(scheme)
-	env := &envtest.Environment{
+	plane, err := controlplane.Start(&envtest.Environment{
 		CRDDirectoryPaths:     []string{filepath.Join("config", "crd")},
 		ErrorIfCRDPathMissing: true,
-		BinaryAssetsDirectory: dir,
-	}
-	cfg, err := env.Start()
+	}, nil)
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "envtest:", err)
+		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
+	cfg := plane.Config
 	cfg.UserAgent = "mini-multigres/v0"
 	restCfg = cfg
 	direct, err = client.New(cfg, client.Options{Scheme: scheme})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
-		_ = env.Stop()
+		_ = plane.Stop()
 		os.Exit(1)
 	}
 	code := m.Run()
-	_ = env.Stop()
+	_ = plane.Stop()
 	os.Exit(code)
 }
 

@@ -1,4 +1,4 @@
-package suite
+package controlplane
 
 import (
 	"os"
@@ -27,8 +27,8 @@ func comm(pid int) string {
 	return strings.TrimSpace(string(b))
 }
 
-// childControlPlanes lists the kube-apiserver and etcd processes whose parent is this process.
-func childControlPlanes() []int {
+// ChildControlPlanes lists the kube-apiserver and etcd processes whose parent is this process.
+func ChildControlPlanes() []int {
 	entries, _ := os.ReadDir("/proc")
 	me := strconv.Itoa(os.Getpid())
 	var out []int
@@ -50,9 +50,9 @@ func childControlPlanes() []int {
 	return out
 }
 
-// recordChildren writes this process's control-plane children to its pid file and returns them.
-func recordChildren() []int {
-	pids := childControlPlanes()
+// RecordChildren writes this process's control-plane children to its pid file and returns them.
+func RecordChildren() []int {
+	pids := ChildControlPlanes()
 	if len(pids) == 0 {
 		return nil
 	}
@@ -65,10 +65,11 @@ func recordChildren() []int {
 	return pids
 }
 
-func forgetChildren() { _ = os.Remove(filepath.Join(pidDir(), strconv.Itoa(os.Getpid()))) }
+// ForgetChildren removes this process's pid file (after its control plane is stopped).
+func ForgetChildren() { _ = os.Remove(filepath.Join(pidDir(), strconv.Itoa(os.Getpid()))) }
 
-// killAll sends SIGTERM to each pid that is still a control plane, waits up to 5 s, then SIGKILLs the rest.
-func killAll(pids []int) {
+// KillAll sends SIGTERM to each pid that is still a control plane, waits up to 5 s, then SIGKILLs the rest.
+func KillAll(pids []int) {
 	alive := func() []int {
 		var out []int
 		for _, p := range pids {
@@ -90,8 +91,8 @@ func killAll(pids []int) {
 	}
 }
 
-// reapOrphans kills the control planes recorded by test processes that no longer exist.
-func reapOrphans() {
+// ReapOrphans kills the control planes recorded by test processes that no longer exist.
+func ReapOrphans() {
 	entries, _ := os.ReadDir(pidDir())
 	for _, e := range entries {
 		owner, err := strconv.Atoi(e.Name())
@@ -105,7 +106,7 @@ func reapOrphans() {
 				pids = append(pids, p)
 			}
 		}
-		killAll(pids)
+		KillAll(pids)
 		_ = os.Remove(filepath.Join(pidDir(), e.Name()))
 	}
 }
