@@ -2,6 +2,8 @@ package suite
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -91,10 +93,15 @@ func TestBootRejectsBadInput(t *testing.T) {
 		"nil scheme":     {Options{}, "Options.Scheme is nil"},
 		"empty name":     {Options{Scheme: newScheme(), Managers: []ManagerOptions{{Register: noop}}}, "Name is empty"},
 		"duplicate name": {Options{Scheme: newScheme(), Managers: []ManagerOptions{{Name: "a", Register: noop}, {Name: "a", Register: noop}}}, `both named "a"`},
-		"no binaries":    {Options{Scheme: newScheme()}, "run `make envtest-assets`"},
+		"no binaries":    {Options{Scheme: newScheme()}, "make envtest-assets"},
+		"wrong CRD path": {Options{Scheme: newScheme(), CRDDirectoryPaths: []string{"operators/nope/config/crd"}}, "does not exist"},
 	} {
 		t.Run(name, func(t *testing.T) {
+			if name == "wrong CRD path" {
+				t.Setenv("KUBEBUILDER_ASSETS", fakeAssets(t))
+			}
 			_, err := Boot(t.Context(), tc.opts)
+			t.Log(err)
 			if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
 				t.Fatalf("Boot error = %v, want one line containing %q", err, tc.want)
 			}
@@ -133,4 +140,16 @@ func TestOwnershipPaths(t *testing.T) {
 	if err := RequireDeclaredManagers(p, "a"); err == nil || !strings.Contains(err.Error(), "mini-multigres owns status.podRoles.p-0") {
 		t.Fatalf("RequireDeclaredManagers = %v", err)
 	}
+}
+
+// fakeAssets returns a directory holding empty kube-apiserver and etcd files: enough for AssetsDir, for tests
+// that must fail before anything starts.
+func fakeAssets(t *testing.T) string {
+	dir := t.TempDir()
+	for _, b := range []string{"kube-apiserver", "etcd"} {
+		if err := os.WriteFile(filepath.Join(dir, b), nil, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }

@@ -23,7 +23,7 @@ const (
 // ~/.local/share). Error: either binary missing, with the command that builds them.
 func AssetsDir() (string, error) {
 	dir := os.Getenv("KUBEBUILDER_ASSETS")
-	from := "KUBEBUILDER_ASSETS"
+	fromEnv := dir != ""
 	if dir == "" {
 		data := os.Getenv("XDG_DATA_HOME")
 		if data == "" {
@@ -34,11 +34,13 @@ func AssetsDir() (string, error) {
 			data = filepath.Join(home, ".local", "share")
 		}
 		dir = filepath.Join(data, "kubebuilder-envtest", "k8s", KubernetesVersion+"-linux-amd64")
-		from = "setup-envtest's default directory"
 	}
 	for _, bin := range []string{"kube-apiserver", "etcd"} {
 		if fi, err := os.Stat(filepath.Join(dir, bin)); err != nil || fi.IsDir() {
-			return "", fmt.Errorf("ensemble: envtest binary %s not found in %s (%s): run `make envtest-assets` to build kube-apiserver v%s and etcd v%s there", bin, dir, from, KubernetesVersion, EtcdVersion)
+			if fromEnv {
+				return "", fmt.Errorf("ensemble: envtest binary %s not found in KUBEBUILDER_ASSETS=%s: point KUBEBUILDER_ASSETS at kube-apiserver v%s and etcd v%s, or unset it and run `make envtest-assets`", bin, dir, KubernetesVersion, EtcdVersion)
+			}
+			return "", fmt.Errorf("ensemble: envtest binary %s not found in %s: run `make envtest-assets` to build kube-apiserver v%s and etcd v%s there", bin, dir, KubernetesVersion, EtcdVersion)
 		}
 	}
 	return dir, nil
