@@ -3,6 +3,7 @@ package scenarios
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -118,5 +119,43 @@ var _ = Describe("harness", Label("harness"), func() {
 			suite.KnownDefect(p, pins.Default, "MG-CONDITION-MAP-ORDER", func() error { return suite.Harness(context.DeadlineExceeded) })
 			Expect(p.Failed()).To(BeTrue(), "a harness error kept a pin green")
 		})
+	})
+})
+
+var _ = Describe("harness invariants", Label("harness"), func() {
+	// maxN is an invariant over the case's ConfigMaps: none has data.n above limit.
+	maxN := func(limit int) suite.InvariantFunc {
+		return func(ctx context.Context, r client.Reader, ns string) error {
+			l := &corev1.ConfigMapList{}
+			if err := r.List(ctx, l, client.InNamespace(ns)); err != nil {
+				return err
+			}
+			for _, cm := range l.Items {
+				if n, _ := strconv.Atoi(cm.Data["n"]); n > limit {
+					return fmt.Errorf("ConfigMap %s has n=%d > %d", cm.Name, n, limit)
+				}
+			}
+			return nil
+		}
+	}
+
+	It("reports the first violation with the changes around it", func() {
+		p := &suite.ProbeTB{TestName: "invariant-violated"}
+		c := s.NewCase(p)
+		DeferCleanup(p.RunCleanups)
+		c.Invariant("n stays at most 3", maxN(3))
+		Expect(c.Create(loopingConfigMap("climber"))).To(Succeed())
+		Eventually(c.InvariantsHold).Should(MatchError(ContainSubstring(`invariant "n stays at most 3" violated`)))
+		err := c.InvariantsHold()
+		Expect(err.Error()).To(ContainSubstring("ConfigMap climber has n=4 > 3"), "the first violation is not the one reported")
+		Expect(err.Error()).To(ContainSubstring("ConfigMap/"+c.Namespace+"/climber"), "the timeline around the violation is missing")
+	})
+
+	It("stays silent while the invariant holds", func() {
+		c := s.NewCase(GinkgoT())
+		c.Invariant("n stays at most 3", maxN(3))
+		Expect(c.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "calm"}, Data: map[string]string{"n": "1"}})).To(Succeed())
+		c.RequireQuiescent(300*time.Millisecond, 10*time.Second)
+		c.RequireInvariants()
 	})
 })

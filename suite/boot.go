@@ -92,6 +92,7 @@ type Suite struct {
 
 	opts     Options
 	plane    *controlplane.Plane
+	reader   client.Reader
 	rec      *Recorder
 	stream   *Stream
 	gate     *Gate
@@ -205,6 +206,7 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 		_ = s.Stop()
 		return nil, err
 	}
+	s.reader = streamCache
 	go func() { _ = streamCache.Start(runCtx) }()
 	syncCtx, syncCancel := context.WithTimeout(runCtx, opts.StartTimeout)
 	defer syncCancel()
@@ -330,6 +332,10 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 	s.mu.Unlock()
 	return m, nil
 }
+
+// Reader reads the watched kinds from the event stream's informer cache: what the stream has seen, without a
+// round trip to the API server. Reading a kind that is not in Options.WatchKinds starts an informer for it.
+func (s *Suite) Reader() client.Reader { return s.reader }
 
 // Recorder returns the suite's write and pass recorder.
 func (s *Suite) Recorder() *Recorder { return s.rec }

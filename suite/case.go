@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -40,9 +41,11 @@ type Case struct {
 	// Started is when the case was created.
 	Started time.Time
 
-	t   TB
-	s   *Suite
-	ctx context.Context
+	t          TB
+	s          *Suite
+	ctx        context.Context
+	mu         sync.Mutex
+	invariants []*invariant
 }
 
 // CleanupTimeout bounds how long a Case's cleanup waits for the controllers to delete what the spec left;
@@ -157,6 +160,10 @@ func (c *Case) namespaced(obj client.Object) bool {
 // cleanup dumps on failure, deletes the watched kinds left in the namespace (letting the operators run
 // their finalizers), strips finalizers that are still there after CleanupTimeout, and closes the gate.
 func (c *Case) cleanup() {
+	c.stopInvariants()
+	if err := c.invariantErrors(); err != "" {
+		c.t.Errorf("%s", err)
+	}
 	if c.t.Failed() {
 		if path, summary, err := c.s.Dump(c.Namespace, c.t.Name(), c.Started); err == nil {
 			c.t.Logf("suite: failure dump of %s written to %s\n%s", c.Namespace, path, summary)
