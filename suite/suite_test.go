@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -152,4 +153,28 @@ func fakeAssets(t *testing.T) string {
 		}
 	}
 	return dir
+}
+
+func TestOperatorTimelineUndoesCompression(t *testing.T) {
+	t0 := time.Now()
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	ps := []Pass{
+		// asked 10 s, handed 50 ms; the requeue woke it 52 ms later: 10 s of operator time
+		{Start: at(0), End: at(1), Asked: 10 * time.Second, RequeueAfter: 50 * time.Millisecond},
+		// an event woke it 5 ms later, before the compressed requeue: 5 ms
+		{Start: at(53), End: at(54), Asked: 10 * time.Second, RequeueAfter: 50 * time.Millisecond},
+		// no delayed requeue asked: wall time, 101 ms
+		{Start: at(59), End: at(60)},
+		{Start: at(160), End: at(161)},
+	}
+	got := OperatorTimeline(ps)
+	want := []time.Duration{0, 10 * time.Second, 10*time.Second + 6*time.Millisecond, 10*time.Second + 107*time.Millisecond}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("timeline = %v, want %v", got, want)
+		}
+	}
+	if n := PassesWithin(ps, 10*time.Second); n != 1 {
+		t.Fatalf("PassesWithin(10s) = %d, want 1", n)
+	}
 }
