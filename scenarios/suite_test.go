@@ -6,6 +6,7 @@ package scenarios
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -15,11 +16,13 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ensembletest/ensemble/fakes/dataplane"
+	fakehk "github.com/ensembletest/ensemble/fakes/hakeeper"
 	"github.com/ensembletest/ensemble/fakes/pooler"
 	"github.com/ensembletest/ensemble/fixtures"
+	"github.com/ensembletest/ensemble/operators/matrixone"
 	"github.com/ensembletest/ensemble/operators/multigres"
 	"github.com/ensembletest/ensemble/pins"
 	"github.com/ensembletest/ensemble/suite"
@@ -28,11 +31,15 @@ import (
 var (
 	// s is the suite every spec runs in.
 	s *suite.Suite
-	// dp and topology are the fakes, for specs that steer them (Hold/Release) or read their logs.
+	// dp, topology and haKeeper are the fakes, for specs that steer them (Hold/Release, sessions) or read
+	// their logs.
 	dp       *dataplane.DataPlane
 	topology *pooler.Store
-	// mgOptions are the Multigres operator's options in this run (catalog defaults + ENSEMBLE_DEFECTS).
+	haKeeper *fakehk.Registry
+	// mgOptions and moOptions are the operators' options in this run (catalog defaults + ENSEMBLE_DEFECTS;
+	// MatrixOne's durations scaled by fixtures.TimeScale).
 	mgOptions multigres.Options
+	moOptions matrixone.Options
 )
 
 func TestScenarios(t *testing.T) {
@@ -45,30 +52,49 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	Expect(err).NotTo(HaveOccurred())
 	mgOptions, err = fixtures.MultigresOptions()
 	Expect(err).NotTo(HaveOccurred())
-	dp = dataplane.New(dataplane.Options{})
+	moOptions, err = fixtures.MatrixOneOptions()
+	Expect(err).NotTo(HaveOccurred())
+	dp = dataplane.New(dataplane.Options{RestartAnnotations: []string{matrixone.AnnotationConfigSuffix}})
 	topology = pooler.New(pooler.Options{})
+	haKeeper = fakehk.New(fakehk.Options{})
 
 	s, err = suite.Boot(ctx, suite.Options{
 		Scheme:            scheme,
-		CRDDirectoryPaths: []string{fixtures.MultigresCRDs},
-		WatchKinds:        append(fixtures.MultigresWatchKinds(), &corev1.ConfigMap{}),
+		CRDDirectoryPaths: []string{fixtures.MultigresCRDs, fixtures.MatrixOneCRDs},
+		WatchKinds:        watchKinds(),
 		Pins:              pins.Default,
 		Managers: []suite.ManagerOptions{
 			fixtures.DataPlaneManager(dp),
 			fixtures.PoolerManager(topology),
+			fixtures.HAKeeperManager(haKeeper),
 			fixtures.MultigresManager("multigres", mgOptions, topology),
+			fixtures.MatrixOneManager{Name: "matrixone", Options: moOptions, HAKeeper: haKeeper}.ManagerOptions(),
 			harnessManager(),
 		},
 	})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(func() { Expect(s.Stop()).To(Succeed()) })
-	for _, d := range fixtures.FakeLogs(dp, topology) {
+	for _, d := range fixtures.FakeLogs(dp, topology, haKeeper) {
 		s.AddDumper(d)
 	}
 	Expect(createStorageClass(ctx, fixtures.StandardStorageClass)).To(Succeed())
+	startSentinel(ctx)
 	AddReportEntry("envtest boot", s.EnvtestBoot.Round(time.Millisecond).String(), ReportEntryVisibilityAlways)
 	AddReportEntry("suite ready (managers started, caches synced)", s.Ready.Round(time.Millisecond).String(), ReportEntryVisibilityAlways)
 }, NodeTimeout(3*time.Minute))
+
+// watchKinds are the kinds of both reference operators, without duplicates (Pods are in both).
+func watchKinds() []client.Object {
+	seen := map[string]bool{}
+	var out []client.Object
+	for _, k := range append(fixtures.MultigresWatchKinds(), fixtures.MatrixOneWatchKinds()...) {
+		if t := fmt.Sprintf("%T", k); !seen[t] {
+			seen[t] = true
+			out = append(out, k)
+		}
+	}
+	return out
+}
 
 // createStorageClass creates a cluster-scoped StorageClass (AlreadyExists is fine).
 func createStorageClass(ctx context.Context, name string) error {

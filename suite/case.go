@@ -46,6 +46,25 @@ type Case struct {
 	ctx        context.Context
 	mu         sync.Mutex
 	invariants []*invariant
+	admitted   bool
+	after      []func()
+}
+
+// CaseOption changes how NewCase sets a case up.
+type CaseOption func(*Case)
+
+// Unadmitted leaves the case's namespace closed at the gate: gated managers never reconcile in it. For a
+// spec that runs its own (ungated) operator instance in the namespace, which a gated instance of the same
+// operator would otherwise fight.
+func Unadmitted() CaseOption { return func(c *Case) { c.admitted = false } }
+
+// AfterCleanup registers fn to run after the case's cleanup has emptied its namespace: stop there an
+// operator instance the spec started, which must stay up while its objects' finalizers are released.
+// Functions run last registered first.
+func (c *Case) AfterCleanup(fn func()) {
+	c.mu.Lock()
+	c.after = append(c.after, fn)
+	c.mu.Unlock()
 }
 
 // CleanupTimeout bounds how long a Case's cleanup waits for the controllers to delete what the spec left;
@@ -54,9 +73,9 @@ var CleanupTimeout = 30 * time.Second
 
 var nonDNS = regexp.MustCompile(`[^a-z0-9-]+`)
 
-// NewCase creates the case's namespace, admits it at the gate and registers the cleanup. A failure to
-// create the namespace fails the test (t.Fatalf).
-func (s *Suite) NewCase(t TB) *Case {
+// NewCase creates the case's namespace, admits it at the gate (unless Unadmitted) and registers the
+// cleanup. A failure to create the namespace fails the test (t.Fatalf).
+func (s *Suite) NewCase(t TB, opts ...CaseOption) *Case {
 	t.Helper()
 	name := strings.Trim(nonDNS.ReplaceAllString(strings.ToLower(t.Name()), "-"), "-")
 	if len(name) > 40 {
@@ -66,11 +85,16 @@ func (s *Suite) NewCase(t TB) *Case {
 	_, _ = rand.Read(b)
 	ns := "e-" + name + "-" + hex.EncodeToString(b)[:5]
 	c := &Case{Namespace: ns, t: t, s: s, ctx: context.Background(), Started: time.Now(),
-		Client: s.recordingClient(s.Client, "case", "spec")}
+		Client: s.recordingClient(s.Client, "case", "spec"), admitted: true}
+	for _, o := range opts {
+		o(c)
+	}
 	if err := s.Client.Create(c.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatalf("suite: creating namespace %s: %v", ns, err)
 	}
-	s.gate.Admit(ns)
+	if c.admitted {
+		s.gate.Admit(ns)
+	}
 	t.Cleanup(c.cleanup)
 	return c
 }
@@ -171,7 +195,17 @@ func (c *Case) cleanup() {
 			c.t.Logf("suite: failure dump of %s failed: %v", c.Namespace, err)
 		}
 	}
-	defer c.s.gate.Close(c.Namespace)
+	defer func() {
+		c.mu.Lock()
+		after := c.after
+		c.mu.Unlock()
+		for i := len(after) - 1; i >= 0; i-- {
+			after[i]()
+		}
+	}()
+	if c.admitted {
+		defer c.s.gate.Close(c.Namespace)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), CleanupTimeout)
 	defer cancel()
 	for {
