@@ -8,7 +8,7 @@ var Default = Catalog{
 		Title:   "StorageClass guard applies a typed status literal; its zero orchReady/poolsReady are claimed with force: status flips forever",
 		Source:  "two server-side-apply field managers rewrote one Shard's status ten times a second, forever",
 		Default: Fixed,
-		Specs:   []string{"multigres: a healthy shard is quiescent"},
+		Specs:   []string{"multigres a healthy shard is quiescent for 1 s, its fields owned by the declared field managers"},
 		Retire:  "never while the typed-literal guard path exists in the operator",
 	},
 	{
@@ -16,7 +16,7 @@ var Default = Catalog{
 		Title:   "backup and pool StorageClass checks each write StorageClassValid with their own message",
 		Source:  "the StorageClassValid condition alternated between two messages written by two checks",
 		Default: Fixed,
-		Specs:   []string{"multigres: condition message over a window (pins MG-CONDITION-MAP-ORDER with split writers fixed)"},
+		Specs:   []string{"multigres StorageClassValid has one writer: with the backup and the pool class missing its message is stable"},
 		Retire:  "when the guard has a single writer in the real operator and the switch is removed",
 	},
 	{
@@ -24,7 +24,7 @@ var Default = Catalog{
 		Title:   "pools visited in map order: the StorageClassValid message names missing classes in varying order and flaps",
 		Source:  "with two pools whose StorageClasses were missing, the condition message changed on every pass",
 		Default: Live,
-		Specs:   []string{"multigres: StorageClassValid message is stable with two missing classes [pin]"},
+		Specs:   []string{"multigres pins MG-CONDITION-MAP-ORDER: the StorageClassValid message over a window with two missing classes"},
 		Retire:  "when the operator sorts pool names; replace the pin with a positive assertion that the message is stable",
 	},
 	{
@@ -32,7 +32,7 @@ var Default = Catalog{
 		Title:   "status/pod patches without a field owner: the API server names one from the User-Agent, two managers co-own podRoles",
 		Source:  "podRoles entries owned by both multigres-resource-handler and a manager named after the User-Agent",
 		Default: Fixed,
-		Specs:   []string{"multigres: a healthy shard is quiescent (field owners are the declared ones)"},
+		Specs:   []string{"multigres a healthy shard is quiescent for 1 s, its fields owned by the declared field managers"},
 		Retire:  "when every patch names its field owner in the real operator",
 	},
 	{
@@ -40,7 +40,7 @@ var Default = Catalog{
 		Title:   "a not-converged shard asks for no requeue: pods never Ready; a late pooler's role never lands in podRoles",
 		Source:  "a shard that had not converged asked for no requeue, so pool pods never went Ready",
 		Default: Fixed,
-		Specs:   []string{"multigres: a cluster becomes Healthy", "multigres: a late pooler's role lands in podRoles"},
+		Specs:   []string{"multigres a cluster of one shard and a pool of 2 becomes Healthy with one PRIMARY and both pool pods Ready", "multigres a pool scaled 2 -> 3 while pooler registrations are held: the late pooler's role lands in podRoles"},
 		Retire:  "when the real operator requeues while unconverged in every release",
 	},
 	{
@@ -48,7 +48,7 @@ var Default = Catalog{
 		Title:   "pod lists not scoped to component=shard-pool: the multiorch pod counts as a never-ready pool pod",
 		Source:  "the multiorch pod carries the pool's identity labels and was counted as an unregistered pool pod",
 		Default: Fixed,
-		Specs:   []string{"multigres: a cluster becomes Healthy"},
+		Specs:   []string{"multigres a cluster of one shard and a pool of 2 becomes Healthy with one PRIMARY and both pool pods Ready"},
 		Retire:  "when pod selectors include the component label in the real operator",
 	},
 	{
@@ -56,7 +56,7 @@ var Default = Catalog{
 		Title:   "a second operator starts cluster-wide with a shared leader-election ID and reconciles another namespace's cluster",
 		Source:  "a test operator reconciled an unrelated cluster, pruned its ConfigMap keys and restarted LogService/DN/Proxy in place, dropping a client connection",
 		Default: Fixed,
-		Specs:   []string{"matrixone: sentinel isolation"},
+		Specs:   []string{"matrixone sentinel isolation: a second operator scoped to its own namespace leaves the sentinel cluster alone", "AfterSuite: the sentinel cluster is unchanged"},
 		Retire:  "never: the isolation rule is permanent",
 	},
 	{
@@ -64,7 +64,7 @@ var Default = Catalog{
 		Title:   "a defaults change restarts LogSet, DNSet and ProxySet pods at the same time instead of one component after another",
 		Source:  "an operator upgrade restarted every component of a cluster at once",
 		Default: Live,
-		Specs:   []string{"matrixone: rolling restart order [pin]"},
+		Specs:   []string{"matrixone rolling restart order: a config revision change restarts LogSet, DNSet and ProxySet pods one component after another"},
 		Retire:  "when restarts are ordered LogSet, DNSet, ProxySet; replace the pin with a positive assertion",
 	},
 	{
@@ -96,7 +96,7 @@ var Default = Catalog{
 		Title:   "Finalize skips a pod another claim references and never returns done",
 		Source:  "a deleted claim retried its finalizer every 2 s forever",
 		Default: Fixed,
-		Specs:   []string{"matrixone: claim finalize"},
+		Specs:   []string{"operators/matrixone TestCNClaimFinalizeStuck (no scenario yet)"},
 		Retire:  "when Finalize removes its own claimed-by and returns done",
 	},
 }

@@ -184,39 +184,24 @@ var _ = Describe("multigres", Label("multigres"), func() {
 
 	It("pins MG-CONDITION-MAP-ORDER: the StorageClassValid message over a window with two missing classes", Label("pin"), func() {
 		c := s.NewCase(GinkgoT())
-		spec := fixtures.MultigresSpec{Pools: map[string]fixtures.Pool{
+		msgs, passes := storageClassMessages(c, fixtures.MultigresSpec{Pools: map[string]fixtures.Pool{
 			"alpha": {ReplicasPerCell: 1, StorageClass: "missing-alpha"},
 			"beta":  {ReplicasPerCell: 1, StorageClass: "missing-beta"},
-		}}
-		cluster, err := fixtures.Multigres(spec)
-		Expect(err).NotTo(HaveOccurred())
-		Expect(c.Create(cluster)).To(Succeed())
-		name := spec.Names().Shard
-		Eventually(func(g Gomega) {
-			g.Expect(storageClassValid(c, name)).To(ContainSubstring("missing-alpha"))
-		}).WithTimeout(healthyTimeout).Should(Succeed(), "the shard never reported its missing StorageClasses")
-
-		const passes = 40
-		start := time.Now()
-		first := storageClassValid(c, name)
-		Eventually(func() int {
-			return len(c.Passes(suite.PassFilter{Name: name, Controller: multigres.ShardControllerName, Since: start}))
-		}).WithTimeout(healthyTimeout).Should(BeNumerically(">=", passes), "the shard was not reconciled %d times", passes)
-
+		}})
 		c.KnownDefect(multigres.DefectConditionMapOrder, func() error {
-			msgs := sets.New(first)
-			for _, ch := range c.Changes(suite.ChangeFilter{Kind: "Shard", Name: name, Since: start}) {
-				for _, f := range ch.Fields {
-					if f.Path == "status.conditions[type=StorageClassValid].message" {
-						msgs.Insert(f.New)
-					}
-				}
-			}
-			if msgs.Len() > 1 {
-				return fmt.Errorf("StorageClassValid message took %d values over %d passes: %q", msgs.Len(), passes, sets.List(msgs))
+			if len(msgs) > 1 {
+				return fmt.Errorf("StorageClassValid message took %d values over %d passes: %q", len(msgs), passes, msgs)
 			}
 			return nil
 		})
+	})
+
+	It("StorageClassValid has one writer: with the backup and the pool class missing its message is stable", func() {
+		c := s.NewCase(GinkgoT())
+		msgs, passes := storageClassMessages(c, fixtures.MultigresSpec{BackupStorageClass: "missing-backup",
+			Pools: map[string]fixtures.Pool{"main": {ReplicasPerCell: 1, StorageClass: "missing-pool"}}})
+		Expect(msgs).To(HaveLen(1), "StorageClassValid took %d messages over %d passes: two writers fight over it", len(msgs), passes)
+		Expect(msgs[0]).To(And(ContainSubstring("missing-backup"), ContainSubstring("missing-pool")), "one verdict names every missing class")
 	})
 })
 
@@ -232,4 +217,31 @@ func storageClassValid(c *suite.Case, name string) string {
 		}
 	}
 	return ""
+}
+
+// storageClassMessages creates spec's cluster (whose StorageClasses are missing), waits until its shard
+// reports StorageClassValid, then for 40 more shard passes collects every message the condition took. It
+// returns the distinct messages (sorted) and the number of passes observed.
+func storageClassMessages(c *suite.Case, spec fixtures.MultigresSpec) ([]string, int) {
+	GinkgoHelper()
+	cluster, err := fixtures.Multigres(spec)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(c.Create(cluster)).To(Succeed())
+	name := spec.Names().Shard
+	Eventually(func() string { return storageClassValid(c, name) }).WithTimeout(healthyTimeout).
+		ShouldNot(BeEmpty(), "the shard never reported its missing StorageClasses")
+	const passes = 40
+	start := time.Now()
+	msgs := sets.New(storageClassValid(c, name))
+	Eventually(func() int {
+		return len(c.Passes(suite.PassFilter{Name: name, Controller: multigres.ShardControllerName, Since: start}))
+	}).WithTimeout(healthyTimeout).Should(BeNumerically(">=", passes), "the shard was not reconciled %d times", passes)
+	for _, ch := range c.Changes(suite.ChangeFilter{Kind: "Shard", Name: name, Since: start}) {
+		for _, f := range ch.Fields {
+			if f.Path == "status.conditions[type=StorageClassValid].message" {
+				msgs.Insert(f.New)
+			}
+		}
+	}
+	return sets.List(msgs), passes
 }
