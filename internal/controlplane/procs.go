@@ -27,6 +27,20 @@ func comm(pid int) string {
 	return strings.TrimSpace(string(b))
 }
 
+// running reports whether pid is a control-plane process that has not exited (a zombie waiting to be reaped
+// by its parent counts as gone).
+func running(pid int) bool {
+	if !controlPlaneNames[comm(pid)] {
+		return false
+	}
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
+	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
+}
+
 // ChildControlPlanes lists the kube-apiserver and etcd processes whose parent is this process.
 func ChildControlPlanes() []int {
 	entries, _ := os.ReadDir("/proc")
@@ -34,7 +48,7 @@ func ChildControlPlanes() []int {
 	var out []int
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil || !controlPlaneNames[comm(pid)] {
+		if err != nil || !running(pid) {
 			continue
 		}
 		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
@@ -73,7 +87,7 @@ func KillAll(pids []int) {
 	alive := func() []int {
 		var out []int
 		for _, p := range pids {
-			if controlPlaneNames[comm(p)] {
+			if running(p) {
 				out = append(out, p)
 			}
 		}
@@ -108,5 +122,25 @@ func ReapOrphans() {
 		}
 		KillAll(pids)
 		_ = os.Remove(filepath.Join(pidDir(), e.Name()))
+	}
+}
+
+// KillNow sends SIGKILL to each pid that is still a control plane and waits (at most 2 s) until they are gone.
+func KillNow(pids []int) {
+	for _, p := range pids {
+		if running(p) {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+	}
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		alive := false
+		for _, p := range pids {
+			if running(p) {
+				alive = true
+			}
+		}
+		if !alive {
+			return
+		}
 	}
 }
