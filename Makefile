@@ -33,7 +33,8 @@ generate: $(CONTROLLER_GEN) ## Regenerate CRDs and deepcopy for the reference op
 
 # The scenario tier is one Ginkgo suite in scenarios/; LABELS filters it (e.g. LABELS=multigres).
 LABELS ?=
-GINKGO_ARGS = $(if $(LABELS),-ginkgo.label-filter='$(LABELS)') \
+# With a label filter, a run that selects no spec fails (a typo in LABELS must not pass silently).
+GINKGO_ARGS = $(if $(LABELS),-ginkgo.label-filter="$(LABELS)" -ginkgo.fail-on-empty) \
 	$(if $(REPORT_DIR),-ginkgo.json-report=$(abspath $(REPORT_DIR))/suite.json -ginkgo.junit-report=$(abspath $(REPORT_DIR))/junit.xml) \
 	$(GINKGO_FLAGS)
 

@@ -84,7 +84,8 @@ var _ = Describe("multigres", Label("multigres"), func() {
 		pods := spec.PoolPods("main", 2)
 		Expect(roles(sh.Status.PodRoles, "PRIMARY")).To(HaveLen(1), "podRoles = %v", sh.Status.PodRoles)
 		Expect(sets.List(sets.KeySet(sh.Status.PodRoles))).To(Equal(pods), "podRoles must name exactly the pool pods")
-		Expect(sh.Status.PoolsReady && sh.Status.OrchReady).To(BeTrue())
+		Expect(sh.Status.PoolsReady).To(BeTrue(), "a Healthy shard reports poolsReady=false (status: %+v)", sh.Status)
+		Expect(sh.Status.OrchReady).To(BeTrue(), "a Healthy shard reports orchReady=false (status: %+v)", sh.Status)
 		for _, p := range pods {
 			Expect(podReady(c, p)).To(BeTrue(), "pool pod %s is not Ready", p)
 		}

@@ -316,7 +316,9 @@ func (g *GCReconciler) collect(ctx context.Context, o *metav1.PartialObjectMetad
 	}
 	err := g.Client.Delete(ctx, o, client.Preconditions{UID: &o.UID}, client.PropagationPolicy(metav1.DeletePropagationBackground))
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-		err = nil // already gone, or a new object under that name
+		// Already gone (an earlier pass of the collector, seen late through the cache), or a new object under
+		// that name: nothing was deleted, so nothing is logged.
+		return nil
 	}
 	g.log.add(Entry{Controller: GCControllerName, Namespace: o.Namespace, Name: o.Name, Kind: o.Kind, Op: "delete",
 		Detail: "owners gone: " + refsString(o.OwnerReferences), Err: errText(err)})

@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -325,9 +326,14 @@ func TestFanOutHealthyQuietAndDelete(t *testing.T) {
 
 	// Scale down to one: pod 1 drains and goes; its pooler is shut down; podRoles loses it.
 	c := &mgv1.MultigresCluster{}
-	g.Expect(direct.Get(ctx, client.ObjectKey{Namespace: ns, Name: "mg"}, c)).To(Succeed())
-	c.Spec.Databases[0].TableGroups[0].Shards[0].Pools["main"] = mgv1.PoolSpec{Cells: []string{"z1"}, ReplicasPerCell: 1, StorageClass: "fast"}
-	g.Expect(direct.Update(ctx, c)).To(Succeed())
+	// The controllers write the cluster too (finalizer, status): retry the spec edit on a conflict.
+	g.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := direct.Get(ctx, client.ObjectKey{Namespace: ns, Name: "mg"}, c); err != nil {
+			return err
+		}
+		c.Spec.Databases[0].TableGroups[0].Shards[0].Pools["main"] = mgv1.PoolSpec{Cells: []string{"z1"}, ReplicasPerCell: 1, StorageClass: "fast"}
+		return direct.Update(ctx, c)
+	})).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		s := getShard(g, ctx, ns)
 		g.Expect(s.Status.Phase).To(Equal(mgv1.PhaseHealthy))
@@ -340,9 +346,13 @@ func TestFanOutHealthyQuietAndDelete(t *testing.T) {
 
 	// Rename the table group: the old one goes through both pending-deletion handshakes (cluster -> tablegroup,
 	// tablegroup -> shard), the new one comes up.
-	g.Expect(direct.Get(ctx, client.ObjectKey{Namespace: ns, Name: "mg"}, c)).To(Succeed())
-	c.Spec.Databases[0].TableGroups[0].Name = "other"
-	g.Expect(direct.Update(ctx, c)).To(Succeed())
+	g.Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := direct.Get(ctx, client.ObjectKey{Namespace: ns, Name: "mg"}, c); err != nil {
+			return err
+		}
+		c.Spec.Databases[0].TableGroups[0].Name = "other"
+		return direct.Update(ctx, c)
+	})).To(Succeed())
 	g.Eventually(func(g Gomega) {
 		err := direct.Get(ctx, client.ObjectKey{Namespace: ns, Name: "mg-db-default"}, &mgv1.TableGroup{})
 		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "old tablegroup still there")

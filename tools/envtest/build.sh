@@ -15,14 +15,17 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 data_home="${XDG_DATA_HOME:-$HOME/.local/share}"
 default_dir="$data_home/kubebuilder-envtest/k8s/${KUBE_VERSION}-linux-amd64"
 dir="${KUBEBUILDER_ASSETS:-$default_dir}"
+# Tests run in their package's directory: a relative KUBEBUILDER_ASSETS must become absolute.
+dir="$(realpath -m "$dir")"
 
 if [[ "${1:-}" == "--dir" ]]; then
   echo "$dir"
   exit 0
 fi
 
-kube_ok() { [[ -x "$dir/kube-apiserver" ]] && "$dir/kube-apiserver" --version 2>/dev/null | grep -qx "Kubernetes v${KUBE_VERSION}"; }
-etcd_ok() { [[ -x "$dir/etcd" ]] && "$dir/etcd" --version 2>/dev/null | grep -q "^etcd Version: ${ETCD_VERSION}$"; }
+# A binary that does not answer --version within 10 s is not the right one (never hang here).
+kube_ok() { [[ -x "$dir/kube-apiserver" ]] && timeout 10 "$dir/kube-apiserver" --version 2>/dev/null | grep -qx "Kubernetes v${KUBE_VERSION}"; }
+etcd_ok() { [[ -x "$dir/etcd" ]] && timeout 10 "$dir/etcd" --version 2>/dev/null | grep -q "^etcd Version: ${ETCD_VERSION}$"; }
 
 if kube_ok && etcd_ok; then
   echo "envtest binaries present at $dir (kube-apiserver v${KUBE_VERSION}, etcd v${ETCD_VERSION}); nothing to build" >&2
@@ -30,7 +33,7 @@ if kube_ok && etcd_ok; then
   exit 0
 fi
 if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
-  echo "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS does not hold kube-apiserver v${KUBE_VERSION} and etcd v${ETCD_VERSION}; unset it to build them into $default_dir" >&2
+  echo "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS does not hold kube-apiserver v${KUBE_VERSION} and etcd v${ETCD_VERSION}: point it at a directory that does, or unset it and the binaries are built into $default_dir" >&2
   exit 1
 fi
 
