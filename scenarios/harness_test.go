@@ -151,6 +151,19 @@ var _ = Describe("harness invariants", Label("harness"), func() {
 		Expect(err.Error()).To(ContainSubstring("ConfigMap/"+c.Namespace+"/climber"), "the timeline around the violation is missing")
 	})
 
+	It("lets a pin take a violation as its evidence, so the case's cleanup does not fail on it again", func() {
+		c := s.NewCase(GinkgoT())
+		c.Invariant("n stays at most 3", maxN(3))
+		Expect(c.TakeViolation("n stays at most 3")).To(Succeed(), "no violation yet, so nothing to take")
+		Expect(c.Create(loopingConfigMap("climber"))).To(Succeed())
+		Eventually(c.InvariantsHold).Should(HaveOccurred())
+		var v *suite.Violation
+		Expect(errors.As(c.TakeViolation("n stays at most 3"), &v)).To(BeTrue())
+		Expect(v.Err).To(MatchError(ContainSubstring("n=4 > 3")))
+		Expect(c.InvariantsHold()).To(Succeed(), "a taken violation is still reported")
+		Expect(c.TakeViolation("no such invariant")).To(MatchError(suite.ErrHarness))
+	})
+
 	It("stays silent while the invariant holds", func() {
 		c := s.NewCase(GinkgoT())
 		c.Invariant("n stays at most 3", maxN(3))

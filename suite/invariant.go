@@ -30,6 +30,7 @@ func (v *Violation) Error() string {
 }
 
 type invariant struct {
+	taken bool
 	name  string
 	check InvariantFunc
 	stop  context.CancelFunc
@@ -77,8 +78,51 @@ func (c *Case) RequireInvariants() {
 	}
 }
 
-// InvariantsHold returns nil while every invariant of the case holds, else an error naming each violated
-// invariant with its first violation and the changes around it.
+// TakeViolation returns the first violation of the named invariant (a *Violation, with the changes around
+// it) and takes it: the case's cleanup no longer fails the test with it. For a KnownDefect pin whose
+// evidence is the invariant's violation: `c.KnownDefect(ref, func() error { return c.TakeViolation(name) })`
+// passes while the defect breaks the invariant and fails once it holds. It returns nil while the invariant
+// holds, and a harness error (see Harness) for a name no Invariant registered.
+func (c *Case) TakeViolation(name string) error {
+	c.mu.Lock()
+	var inv *invariant
+	for _, i := range c.invariants {
+		if i.name == name {
+			inv = i
+		}
+	}
+	c.mu.Unlock()
+	if inv == nil {
+		return Harness(fmt.Errorf("no invariant named %q in this case", name))
+	}
+	inv.mu.Lock()
+	v := inv.first
+	if v != nil {
+		inv.taken = true
+	}
+	inv.mu.Unlock()
+	if v == nil {
+		return nil
+	}
+	c.fillAround(v)
+	return v
+}
+
+// fillAround records the case's changes in the second before and the 200 ms after the violation.
+func (c *Case) fillAround(v *Violation) {
+	if v.Around != nil {
+		return
+	}
+	for _, ch := range c.s.stream.Changes(ChangeFilter{Namespace: c.Namespace, Since: v.Time.Add(-time.Second)}) {
+		if ch.Time.Before(v.Time.Add(200 * time.Millisecond)) {
+			v.Around = append(v.Around, ch)
+		}
+	}
+}
+
+// InvariantsHold returns nil while every invariant of the case holds (or its violation was taken with
+// TakeViolation), else an error naming each violated invariant with its first violation and the changes
+// around it.
 func (c *Case) InvariantsHold() error {
 	if msg := c.invariantErrors(); msg != "" {
 		return fmt.Errorf("%s", msg)
@@ -93,16 +137,10 @@ func (c *Case) invariantErrors() string {
 	var msgs []string
 	for _, inv := range invs {
 		inv.mu.Lock()
-		v := inv.first
+		v, taken := inv.first, inv.taken
 		inv.mu.Unlock()
-		if v != nil {
-			if v.Around == nil {
-				for _, ch := range c.s.stream.Changes(ChangeFilter{Namespace: c.Namespace, Since: v.Time.Add(-time.Second)}) {
-					if ch.Time.Before(v.Time.Add(200 * time.Millisecond)) {
-						v.Around = append(v.Around, ch)
-					}
-				}
-			}
+		if v != nil && !taken {
+			c.fillAround(v)
 			msgs = append(msgs, v.Error())
 		}
 	}
