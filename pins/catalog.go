@@ -72,7 +72,7 @@ var Default = Catalog{
 		Title:   "selectCN and the migration target ignore other claims' spec.podName: two claims Bound to one pod",
 		Source:  "two CNClaims were Bound to the same CN pod in production",
 		Default: Live,
-		Specs:   []string{"matrixone: CNClaim double binding [pin]"},
+		Specs:   []string{"matrixone CNClaim CNClaim double binding: the incident replayed with the migrator never puts two live claims on one pod"},
 		Retire:  "when selectCN and the migrator skip pods other live claims reference",
 	},
 	{
@@ -80,7 +80,7 @@ var Default = Catalog{
 		Title:   "pod watch maps to claims only by label; a claim stays Bound to a deleted pod",
 		Source:  "a claim stayed Bound to a pod that no longer existed",
 		Default: Live,
-		Specs:   []string{"matrixone: claim bound to a deleted pod [pin]"},
+		Specs:   []string{"matrixone CNClaim claim bound to a deleted pod: the claim goes Lost with spec.podName cleared and its claim set replaces it"},
 		Retire:  "when the claim goes Lost and clears spec.podName within the cache timeout",
 	},
 	{
@@ -88,7 +88,7 @@ var Default = Catalog{
 		Title:   "the claim re-triggers on its own status writes: migration retries about once a second",
 		Source:  "a migrating claim retried every second",
 		Default: Live,
-		Specs:   []string{"matrixone: migration storm [pin]"},
+		Specs:   []string{"matrixone CNClaim migration storm: a migrating claim's reconcile passes over 20 s of the operator's time"},
 		Retire:  "when progress writes happen only on change and own status writes do not re-trigger the claim",
 	},
 	{
