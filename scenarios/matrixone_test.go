@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strconv"
@@ -30,11 +31,11 @@ func operatorInstance(c *suite.Case, name string, opts matrixone.Options) *suite
 }
 
 // bringUpMatrixOne creates spec's cluster in the case and waits until it is up and quiet for 1 s.
-func bringUpMatrixOne(c *suite.Case, spec fixtures.MatrixOneSpec) {
+func bringUpMatrixOne(ctx context.Context, c *suite.Case, spec fixtures.MatrixOneSpec) {
 	GinkgoHelper()
-	Expect(createMatrixOne(c.Context(), c.Namespace, spec)).To(Succeed())
-	Eventually(func() error { return fixtures.MatrixOneReady(c.Context(), s.Client, c.Namespace, spec) }).
-		WithTimeout(time.Minute).Should(Succeed())
+	Expect(createMatrixOne(ctx, c.Namespace, spec)).To(Succeed())
+	Eventually(func() error { return fixtures.MatrixOneReady(ctx, s.Client, c.Namespace, spec) }).
+		WithTimeout(time.Minute).WithContext(ctx).Should(Succeed())
 	c.RequireQuiescent(time.Second, time.Minute)
 }
 
@@ -49,7 +50,7 @@ var _ = Describe("matrixone", Label("matrixone"), func() {
 		opts := scopedOptions(c.Namespace, "r2", false)
 		m := operatorInstance(c, "mo-second", opts)
 		spec := fixtures.MatrixOneSpec{ClaimSetReplicas: 1}
-		bringUpMatrixOne(c, spec)
+		bringUpMatrixOne(ctx, c, spec)
 		ready := time.Since(start)
 
 		By("checking the sentinel")
@@ -75,7 +76,7 @@ var _ = Describe("matrixone", Label("matrixone"), func() {
 
 		By("bringing the cluster up on config revision r1")
 		r1 := operatorInstance(c, "mo-r1", scopedOptions(c.Namespace, "r1", true))
-		bringUpMatrixOne(c, spec)
+		bringUpMatrixOne(ctx, c, spec)
 		Expect(r1.Stop()).To(Succeed())
 
 		By("restarting the operator on config revision r2")
@@ -95,7 +96,7 @@ var _ = Describe("matrixone", Label("matrixone"), func() {
 				g.Expect(dp.RestartCount(c.Namespace, p)).To(BeNumerically(">=", 1), "pod %s not restarted yet", p)
 			}
 			g.Expect(fixtures.MatrixOneReady(ctx, s.Client, c.Namespace, spec)).To(Succeed())
-		}).WithTimeout(time.Minute).Should(Succeed())
+		}).WithTimeout(time.Minute).WithContext(ctx).Should(Succeed())
 		c.RequireQuiescent(time.Second, time.Minute)
 		AddReportEntry("r2 rolled out and quiet in", time.Since(start).Round(time.Millisecond).String())
 

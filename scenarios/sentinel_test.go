@@ -65,7 +65,7 @@ func startSentinel(ctx context.Context) {
 	Expect(err).NotTo(HaveOccurred())
 	Expect(createMatrixOne(ctx, sentinelNamespace, sentinelSpec)).To(Succeed())
 	Eventually(func() error { return fixtures.MatrixOneReady(ctx, s.Client, sentinelNamespace, sentinelSpec) }).
-		WithTimeout(time.Minute).Should(Succeed(), "the sentinel cluster never came up")
+		WithTimeout(time.Minute).WithContext(ctx).Should(Succeed(), "the sentinel cluster never came up")
 	for i := 0; i < int(*sentinelSpec.ProxySetReplicas); i++ {
 		dp.OpenConnection(sentinelNamespace, matrixone.PodSetPodName(sentinelSpec.Names().ProxySet, i))
 	}
@@ -86,8 +86,8 @@ func sentinelChanges(ctx context.Context) []string {
 
 // Suite-wide isolation: whatever ran, the sentinel is as BeforeSuite left it.
 var _ = AfterSuite(func(ctx SpecContext) {
-	if sentinelPrint == nil {
-		return // BeforeSuite failed before the sentinel was up; that failure is the report
+	if sentinelPrint == nil || s.Interrupted() {
+		return // BeforeSuite failed before the sentinel was up, or the run was interrupted: that is the report
 	}
 	Expect(sentinelChanges(ctx)).To(BeEmpty(), "the sentinel cluster in %s changed during the run", sentinelNamespace)
 })

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -90,20 +91,21 @@ type Suite struct {
 	// Ready is how long Boot took in all, managers started and caches synced.
 	Ready time.Duration
 
-	opts     Options
-	plane    *controlplane.Plane
-	reader   client.Reader
-	rec      *Recorder
-	stream   *Stream
-	gate     *Gate
-	notify   *broadcast
-	cancel   context.CancelFunc
-	mu       sync.Mutex
-	managers map[string]*Manager
-	order    []string
-	stopOnce sync.Once
-	stopErr  error
-	dumpers  []Dumper
+	opts        Options
+	interrupted atomic.Bool
+	plane       *controlplane.Plane
+	reader      client.Reader
+	rec         *Recorder
+	stream      *Stream
+	gate        *Gate
+	notify      *broadcast
+	cancel      context.CancelFunc
+	mu          sync.Mutex
+	managers    map[string]*Manager
+	order       []string
+	stopOnce    sync.Once
+	stopErr     error
+	dumpers     []Dumper
 }
 
 // Manager is a running manager started by Boot or StartManager.
@@ -131,8 +133,8 @@ func (m *Manager) Stop() error {
 			if err != nil && !errors.Is(err, context.Canceled) {
 				m.err = fmt.Errorf("suite: manager %s: %w", m.Name, err)
 			}
-		case <-time.After(m.s.opts.StopTimeout):
-			m.err = fmt.Errorf("suite: manager %s did not stop within %s", m.Name, m.s.opts.StopTimeout)
+		case <-time.After(m.stopTimeout()):
+			m.err = fmt.Errorf("suite: manager %s did not stop within %s", m.Name, m.stopTimeout())
 		}
 		m.s.mu.Lock()
 		delete(m.s.managers, m.Name)
@@ -140,6 +142,19 @@ func (m *Manager) Stop() error {
 	})
 	return m.err
 }
+
+// stopTimeout is Options.StopTimeout, or 1 s once the run was interrupted: the control plane is already
+// gone then, and a manager waiting on it would only hold up the framework's own interrupt handling.
+func (m *Manager) stopTimeout() time.Duration {
+	if m.s.interrupted.Load() {
+		return time.Second
+	}
+	return m.s.opts.StopTimeout
+}
+
+// Interrupted reports whether a SIGINT or SIGTERM stopped the suite: the control plane is gone, so
+// after-suite checks that need it should stand down rather than add a misleading failure.
+func (s *Suite) Interrupted() bool { return s.interrupted.Load() }
 
 // Boot starts envtest (the binaries resolved by AssetsDir), installs the CRDs, starts the event stream and
 // one manager per ManagerOptions, and returns once every cache has synced. On SIGINT or SIGTERM it stops
@@ -183,7 +198,10 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 		Scheme:                   opts.Scheme,
 		ControlPlaneStartTimeout: opts.StartTimeout,
 		ControlPlaneStopTimeout:  opts.StopTimeout,
-	}, func() { _ = s.Stop() })
+	}, func() {
+		s.interrupted.Store(true)
+		_ = s.Stop()
+	})
 	if err != nil {
 		return nil, err
 	}

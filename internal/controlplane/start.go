@@ -12,10 +12,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
-// SignalGrace is how long the test process may go on after a SIGINT or SIGTERM (for a test framework such
-// as Ginkgo to run its cleanup and write its reports) before the signal is re-raised with its default
-// action.
-const SignalGrace = 10 * time.Second
+// SignalGrace is how long the test process may go on after a SIGINT or SIGTERM before the signal is
+// re-raised with its default action: longer than Ginkgo's own 30 s interrupt grace period, so Ginkgo always
+// gets to run its cleanup and write its reports first.
+const SignalGrace = 45 * time.Second
 
 // Plane is a started control plane. Stop is safe to call more than once and from several goroutines.
 type Plane struct {

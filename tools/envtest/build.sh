@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # build.sh builds kube-apiserver and etcd from their Go modules into setup-envtest's layout, so envtest runs
-# on a machine that cannot download release binaries (DESIGN.md §2).
+# on a machine that cannot download release binaries (setup-envtest would download them).
 #
 # Usage: tools/envtest/build.sh            build what is missing, print the assets directory last
 #        tools/envtest/build.sh --dir      print the assets directory only
