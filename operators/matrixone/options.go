@@ -98,6 +98,11 @@ type Options struct {
 	// ConfigRevision is the revision of the config defaults; empty = DefaultConfigRevision.
 	ConfigRevision string
 
+	// The durations of the real operator, each defaulting to the Default* constant of the same name (zero =
+	// default): requeues after an action, a conflict, an unfinished Finalize; the pod-set resync; the pool's
+	// over-maxPods requeue; the claim's no-pool requeue, wait-cache timeout and requeue, syncBindPod retry,
+	// migration delay and requeue; the claim set's requeue; the HAKeeper store-cache refresh; the CN drain
+	// timeout, drain requeue and minimum drain delay; the CNStore resync.
 	ActionRequeue, ConflictRequeue, FinalizeRequeue, PodSetResync, PoolOverMaxRequeue time.Duration
 	ClaimNoPoolRequeue, WaitCacheTimeout, WaitCacheRequeue, SyncBindRequeue           time.Duration
 	MigrateDelay, MigrateRequeue, ClaimSetRequeue, StoreCacheRefresh                  time.Duration
