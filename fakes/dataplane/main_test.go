@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/ensembletest/ensemble/internal/controlplane"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -35,7 +33,7 @@ const configSuffix = "matrixorigin.io/config-suffix"
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
-	ctrl.SetLogger(logr.New(errorSink{}))
+	ctrl.SetLogger(controlplane.ErrorLogger())
 	plane, err := controlplane.Start(&envtest.Environment{}, nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -67,35 +65,15 @@ func run(m *testing.M) int {
 	if err := dp.SetupWithManager(mgr); err != nil {
 		panic(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
+	stop := controlplane.RunManager(mgr)
 	code := m.Run()
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "manager:", err)
-		}
-	case <-time.After(10 * time.Second):
-		fmt.Fprintln(os.Stderr, "manager did not stop within 10s")
+	if err := stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "manager:", err)
 	}
 	return code
 }
 
 func ptr[T any](v T) *T { return &v }
-
-// errorSink is a logr sink that prints errors only (controller-runtime's info logs are noise here).
-type errorSink struct{}
-
-func (errorSink) Init(logr.RuntimeInfo)            {}
-func (errorSink) Enabled(int) bool                 { return false }
-func (errorSink) Info(int, string, ...any)         {}
-func (s errorSink) WithValues(...any) logr.LogSink { return s }
-func (s errorSink) WithName(string) logr.LogSink   { return s }
-func (errorSink) Error(err error, msg string, kv ...any) {
-	fmt.Fprintln(os.Stderr, "ERROR", msg, err, kv)
-}
 
 // namespace creates a fresh namespace for one test.
 func namespace(t *testing.T) string {

@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"os"
 	"testing"
-	"time"
 
 	"github.com/ensembletest/ensemble/internal/controlplane"
 
-	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -34,7 +32,7 @@ var (
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
-	ctrl.SetLogger(logr.New(errorSink{}))
+	ctrl.SetLogger(controlplane.ErrorLogger())
 	plane, err := controlplane.Start(&envtest.Environment{}, nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -66,35 +64,15 @@ func run(m *testing.M) int {
 	if err := store.SetupWithManager(mgr); err != nil {
 		panic(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
+	stop := controlplane.RunManager(mgr)
 	code := m.Run()
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			fmt.Fprintln(os.Stderr, "manager:", err)
-		}
-	case <-time.After(10 * time.Second):
-		fmt.Fprintln(os.Stderr, "manager did not stop within 10s")
+	if err := stop(); err != nil {
+		fmt.Fprintln(os.Stderr, "manager:", err)
 	}
 	return code
 }
 
 func ptr[T any](v T) *T { return &v }
-
-// errorSink is a logr sink that prints errors only.
-type errorSink struct{}
-
-func (errorSink) Init(logr.RuntimeInfo)            {}
-func (errorSink) Enabled(int) bool                 { return false }
-func (errorSink) Info(int, string, ...any)         {}
-func (s errorSink) WithValues(...any) logr.LogSink { return s }
-func (s errorSink) WithName(string) logr.LogSink   { return s }
-func (errorSink) Error(err error, msg string, kv ...any) {
-	fmt.Fprintln(os.Stderr, "ERROR", msg, err, kv)
-}
 
 func namespace(t *testing.T) string {
 	t.Helper()
