@@ -23,9 +23,18 @@ if [[ "${1:-}" == "--dir" ]]; then
   exit 0
 fi
 
-# A binary that does not answer --version within 10 s is not the right one (never hang here).
-kube_ok() { [[ -x "$dir/kube-apiserver" ]] && timeout 10 "$dir/kube-apiserver" --version 2>/dev/null | grep -qx "Kubernetes v${KUBE_VERSION}"; }
-etcd_ok() { [[ -x "$dir/etcd" ]] && timeout 10 "$dir/etcd" --version 2>/dev/null | grep -q "^etcd Version: ${ETCD_VERSION}$"; }
+# answers BINARY LINE is true when BINARY's --version output has LINE as one of its lines. A binary that does
+# not answer within 10 s is not the right one (never hang here). The output is captured whole before it is
+# compared: piping it into `grep -q` under pipefail failed at random, because grep exits at its first match
+# and the binary, still writing, dies of SIGPIPE.
+answers() {
+  local out
+  [[ -x "$1" ]] || return 1
+  out="$(timeout 10 "$1" --version 2>/dev/null)" || return 1
+  [[ $'\n'"$out"$'\n' == *$'\n'"$2"$'\n'* ]]
+}
+kube_ok() { answers "$dir/kube-apiserver" "Kubernetes v${KUBE_VERSION}"; }
+etcd_ok() { answers "$dir/etcd" "etcd Version: ${ETCD_VERSION}"; }
 
 if kube_ok && etcd_ok; then
   echo "envtest binaries present at $dir (kube-apiserver v${KUBE_VERSION}, etcd v${ETCD_VERSION}); nothing to build" >&2
