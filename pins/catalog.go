@@ -1,7 +1,7 @@
 package pins
 
-// Default is ensemble's catalog: the defects the two reference operators reproduce (DESIGN.md §7,
-// REFERENCE-OPERATORS.md for where each lives). Change an entry's Default only when an issue says so.
+// Default is ensemble's catalog: the defects the two reference operators reproduce (docs/architecture.md §8,
+// §6 and §7 for where each lives). Change an entry's Default only when an issue says so.
 var Default = Catalog{
 	{
 		ID:      "MG-STATUS-SSA-ZERO-FIELDS",

@@ -1,4 +1,4 @@
-// Package pins is ensemble's defect catalog (DESIGN.md §7): every defect the reference operators reproduce
+// Package pins is ensemble's defect catalog (docs/architecture.md §8): every defect the reference operators reproduce
 // on purpose, as data. Each defect is a switch in its operator's Options, live or fixed; the catalog holds
 // its default, the incident it comes from, the spec that pins or asserts it, and what retires it.
 //

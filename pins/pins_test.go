@@ -54,6 +54,6 @@ func TestCatalogIsComplete(t *testing.T) {
 		}
 	}
 	if len(Default) != 12 {
-		t.Errorf("catalog has %d entries, DESIGN.md §7 lists 12", len(Default))
+		t.Errorf("catalog has %d entries, the catalog lists 12", len(Default))
 	}
 }

@@ -57,9 +57,9 @@ var _ = Describe("matrixone", Label("matrixone"), func() {
 		after, err := fixtures.TakeFingerprint(ctx, s.Client, dp, sentinelNamespace)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(before.Diff(after)).To(BeEmpty(), "the second operator changed the sentinel cluster in %s", sentinelNamespace)
-		Expect(s.Recorder().Passes(suite.PassFilter{Namespace: sentinelNamespace, Manager: m.Name})).To(BeEmpty(),
+		Expect(sentinel.Passes(suite.PassFilter{Manager: m.Name})).To(BeEmpty(),
 			"the second operator reconciled objects of the sentinel namespace")
-		Expect(s.Recorder().Writes(suite.WriteFilter{Namespace: sentinelNamespace, Manager: m.Name})).To(BeEmpty(),
+		Expect(sentinel.Writes(suite.WriteFilter{Manager: m.Name})).To(BeEmpty(),
 			"the second operator wrote to the sentinel namespace")
 		for i := 0; i < int(*sentinelSpec.ProxySetReplicas); i++ {
 			pod := matrixone.PodSetPodName(sentinelSpec.Names().ProxySet, i)

@@ -100,14 +100,14 @@ var _ = Describe("multigres", Label("multigres"), func() {
 		AddReportEntry("healthy shard proven quiescent (1 s window) in", took.Round(time.Millisecond).String(), ReportEntryVisibilityAlways)
 
 		sh := shardOf(c, spec.Names().Shard)
-		Expect(suite.RequireDeclaredManagers(sh, multigres.FieldOwners()...)).To(Succeed())
+		Expect(sh).To(suite.HaveFieldManagersWithin(multigres.FieldOwners()...))
 		own, err := suite.OwnershipOf(sh)
 		Expect(err).NotTo(HaveOccurred())
 		Expect(own.Owners("status.podRoles")).To(Equal([]string{multigres.FieldOwnerResourceHandler}), "podRoles must have one field owner")
 		for _, p := range spec.PoolPods("main", 2) {
 			pod := &corev1.Pod{}
 			Expect(c.Get(p, pod)).To(Succeed())
-			Expect(suite.RequireDeclaredManagers(pod, append(multigres.FieldOwners(), dataplane.DefaultFieldOwner)...)).To(Succeed())
+			Expect(pod).To(suite.HaveFieldManagersWithin(append(multigres.FieldOwners(), dataplane.DefaultFieldOwner)...))
 		}
 	})
 
@@ -131,7 +131,7 @@ var _ = Describe("multigres", Label("multigres"), func() {
 		Expect(pods.Items).To(BeEmpty(), "pods left after the cluster is gone")
 
 		deleted := map[string]int64{}
-		for _, ch := range c.Changes(suite.ChangeFilter{Type: "Deleted"}) {
+		for _, ch := range c.Changes(suite.ChangeFilter{Type: suite.Deleted}) {
 			rv, err := strconv.ParseInt(ch.ResourceVersion, 10, 64)
 			Expect(err).NotTo(HaveOccurred())
 			deleted[ch.Kind+"/"+ch.Name] = rv

@@ -6,20 +6,21 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
 	"github.com/ensembletest/ensemble/fixtures"
 	"github.com/ensembletest/ensemble/operators/matrixone"
+	"github.com/ensembletest/ensemble/suite"
 )
 
-// sentinelNamespace holds the sentinel: a running MatrixOne cluster in a namespace no case admits, under its
-// own correctly scoped operator. Every spec of the run must leave it exactly as it was (DESIGN.md §9).
-const sentinelNamespace = "ensemble-sentinel"
-
 var (
-	sentinelSpec = fixtures.MatrixOneSpec{ClaimSetReplicas: 1, ProxySetReplicas: ptr.To[int32](2)}
+	// sentinel is the case that holds the sentinel: a running MatrixOne cluster in a namespace no case admits,
+	// under its own correctly scoped operator. Every spec of the run must leave it exactly as it was
+	// (docs/architecture.md §9). It is made in BeforeSuite, so its cleanup runs after AfterSuite.
+	sentinel *suite.Case
+	// sentinelNamespace is sentinel.Namespace.
+	sentinelNamespace string
+	sentinelSpec      = fixtures.MatrixOneSpec{ClaimSetReplicas: 1, ProxySetReplicas: ptr.To[int32](2)}
 	// sentinelPrint is the sentinel's fingerprint taken in BeforeSuite, once it was up and quiet.
 	sentinelPrint fixtures.Fingerprint
 )
@@ -59,18 +60,19 @@ func createMatrixOne(ctx context.Context, ns string, spec fixtures.MatrixOneSpec
 // connection on each proxy pod, waits until it is quiet and takes its fingerprint.
 func startSentinel(ctx context.Context) {
 	GinkgoHelper()
-	Expect(s.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: sentinelNamespace}})).To(Succeed())
-	_, err := s.StartManager(fixtures.MatrixOneManager{Name: "sentinel", HAKeeper: haKeeper, Ungated: true, LeaderElection: true,
+	sentinel = s.NewCase(GinkgoT(), suite.Unadmitted())
+	sentinelNamespace = sentinel.Namespace
+	m, err := s.StartManager(fixtures.MatrixOneManager{Name: "sentinel", HAKeeper: haKeeper, Ungated: true, LeaderElection: true,
 		Options: scopedOptions(sentinelNamespace, matrixone.DefaultConfigRevision, true)}.ManagerOptions())
 	Expect(err).NotTo(HaveOccurred())
+	sentinel.AfterCleanup(func() { Expect(m.Stop()).To(Succeed()) })
 	Expect(createMatrixOne(ctx, sentinelNamespace, sentinelSpec)).To(Succeed())
 	Eventually(func() error { return fixtures.MatrixOneReady(ctx, s.Client, sentinelNamespace, sentinelSpec) }).
 		WithTimeout(time.Minute).WithContext(ctx).Should(Succeed(), "the sentinel cluster never came up")
 	for i := 0; i < int(*sentinelSpec.ProxySetReplicas); i++ {
 		dp.OpenConnection(sentinelNamespace, matrixone.PodSetPodName(sentinelSpec.Names().ProxySet, i))
 	}
-	took, err := s.WaitQuiescent(ctx, sentinelNamespace, time.Second, time.Minute)
-	Expect(err).NotTo(HaveOccurred(), "the sentinel cluster never went quiet")
+	took := sentinel.RequireQuiescent(time.Second, time.Minute)
 	sentinelPrint, err = fixtures.TakeFingerprint(ctx, s.Client, dp, sentinelNamespace)
 	Expect(err).NotTo(HaveOccurred())
 	AddReportEntry("sentinel cluster up and quiet", took.Round(time.Millisecond).String(), ReportEntryVisibilityAlways)

@@ -63,8 +63,9 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		CRDDirectoryPaths: []string{fixtures.MultigresCRDs, fixtures.MatrixOneCRDs},
 		WatchKinds:        watchKinds(),
 		Pins:              pins.Default,
+		Dumpers:           fixtures.FakeLogs(dp, topology, haKeeper),
 		Managers: []suite.ManagerOptions{
-			fixtures.DataPlaneManager(dp),
+			dp.ManagerOptions(),
 			fixtures.PoolerManager(topology),
 			fixtures.HAKeeperManager(haKeeper),
 			fixtures.MultigresManager("multigres", mgOptions, topology),
@@ -74,9 +75,6 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(func() { Expect(s.Stop()).To(Succeed()) })
-	for _, d := range fixtures.FakeLogs(dp, topology, haKeeper) {
-		s.AddDumper(d)
-	}
 	Expect(createStorageClass(ctx, fixtures.StandardStorageClass)).To(Succeed())
 	startSentinel(ctx)
 	AddReportEntry("envtest boot", s.EnvtestBoot.Round(time.Millisecond).String(), ReportEntryVisibilityAlways)

@@ -1,25 +1,39 @@
 package suite
 
 import (
+	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
-
-	"github.com/ensembletest/ensemble/internal/controlplane"
+	"strings"
 )
 
-// KubernetesVersion and EtcdVersion are the control-plane versions ensemble builds and expects
-// (tools/envtest/build.sh builds the same ones).
-const (
-	KubernetesVersion = controlplane.KubernetesVersion
-	EtcdVersion       = controlplane.EtcdVersion
-)
+// ModuleDir returns the directory of the Go module modulePath as the build of the calling package sees it
+// (`go list -m`): the way to reach a dependency's CRDs, for instance
+// filepath.Join(dir, "config/crd/bases") for an operator imported from its module. Errors: the go command
+// is missing, or modulePath is not a dependency of the main module (add it with `go get`).
+func ModuleDir(modulePath string) (string, error) {
+	var stderr bytes.Buffer
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", modulePath)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	dir := strings.TrimSpace(string(out))
+	if err != nil || dir == "" {
+		return "", fmt.Errorf("suite: ModuleDir(%q): %s: require the module in go.mod (go get %s) and download it (go mod download)",
+			modulePath, strings.TrimSpace(firstNonEmpty(stderr.String(), fmt.Sprint(err), "no directory")), modulePath)
+	}
+	return dir, nil
+}
 
-// AssetsDir returns the directory holding the kube-apiserver and etcd binaries: $KUBEBUILDER_ASSETS when
-// set, else setup-envtest's own layout, $XDG_DATA_HOME/kubebuilder-envtest/k8s/<version>-linux-amd64
-// ($XDG_DATA_HOME defaults to ~/.local/share), the directory tools/envtest/build.sh fills. Error: either
-// binary missing, in one line that names `make envtest-assets`.
-func AssetsDir() (string, error) { return controlplane.AssetsDir() }
+func firstNonEmpty(ss ...string) string {
+	for _, s := range ss {
+		if strings.TrimSpace(s) != "" && s != "<nil>" {
+			return s
+		}
+	}
+	return ""
+}
 
 // resolveCRDPaths makes each path absolute and checks that it exists and holds at least one YAML or JSON
 // file. Error: one line naming the path, the working directory and what to pass instead.

@@ -29,6 +29,9 @@ import (
 	"github.com/ensembletest/ensemble/internal/controlplane"
 )
 
+// defaultRequeueClamp is Options.RequeueClamp's default.
+const defaultRequeueClamp = 50 * time.Millisecond
+
 // Options configures Boot.
 type Options struct {
 	// CRDDirectoryPaths are directories (or files) of CRD YAML to install; each must exist and hold at least
@@ -44,8 +47,10 @@ type Options struct {
 	// RequeueClamp is the longest RequeueAfter handed to controller-runtime; longer asked delays are
 	// shortened to it (the asked value stays in the Pass). Default 50 ms; negative disables compression.
 	RequeueClamp time.Duration
-	// Pins is the defect catalog KnownDefect checks references against; nil accepts any non-empty reference.
+	// Pins is the defect catalog Case.KnownDefect checks references against; without it every pin fails.
 	Pins PinCatalog
+	// Dumpers add sections to every failure dump (a fake's log for the namespace, for instance).
+	Dumpers []Dumper
 	// ArtifactsDir receives failure dumps. Default: $ENSEMBLE_ARTIFACTS, else <os temp dir>/ensemble-artifacts.
 	ArtifactsDir string
 	// StartTimeout bounds the start of each control-plane component and of each manager's cache sync.
@@ -53,6 +58,9 @@ type Options struct {
 	StartTimeout time.Duration
 	// StopTimeout bounds Stop: managers, then kube-apiserver and etcd. Default 20 s.
 	StopTimeout time.Duration
+	// CleanupTimeout bounds how long a Case's cleanup waits for the controllers to delete what the spec
+	// left; past it, remaining finalizers are removed so the namespace is empty either way. Default 30 s.
+	CleanupTimeout time.Duration
 	// Logger receives controller-runtime's logs. Default: discarded, unless ENSEMBLE_LOG=1 (then stderr).
 	Logger *logr.Logger
 }
@@ -76,8 +84,11 @@ type ManagerOptions struct {
 	LeaderElection          bool
 	LeaderElectionID        string
 	LeaderElectionNamespace string
-	// Register sets up the manager's controllers (and anything else it runs) through the Wiring. Required.
-	Register func(mgr manager.Manager, w Wiring) error
+	// Register sets up the operator on mgr exactly as its main does, with its own unmodified
+	// SetupWithManager calls. mgr is the real manager but for two methods. GetClient returns a client that
+	// records every write. Add wraps every controller controller-runtime's builder makes (gate, pass
+	// accounting, requeue compression) under the name the builder gives it. Required.
+	Register func(mgr manager.Manager) error
 }
 
 // Suite is one booted envtest with its managers, recorder, event stream and gate. Boot makes it; Stop ends it.
@@ -91,13 +102,22 @@ type Suite struct {
 	// Ready is how long Boot took in all, managers started and caches synced.
 	Ready time.Duration
 
-	opts        Options
+	scheme         *runtime.Scheme
+	watchKinds     []client.Object
+	requeueClamp   time.Duration
+	pins           PinCatalog
+	dumpers        []Dumper
+	artifactsDir   string
+	startTimeout   time.Duration
+	stopTimeout    time.Duration
+	cleanupTimeout time.Duration
+
 	interrupted atomic.Bool
 	plane       *controlplane.Plane
 	reader      client.Reader
-	rec         *Recorder
-	stream      *Stream
-	gate        *Gate
+	rec         *recorder
+	stream      *stream
+	gate        *gate
 	notify      *broadcast
 	cancel      context.CancelFunc
 	mu          sync.Mutex
@@ -105,7 +125,6 @@ type Suite struct {
 	order       []string
 	stopOnce    sync.Once
 	stopErr     error
-	dumpers     []Dumper
 }
 
 // Manager is a running manager started by Boot or StartManager.
@@ -119,9 +138,6 @@ type Manager struct {
 	err  error
 	s    *Suite
 }
-
-// Manager returns the controller-runtime manager (its client, cache and scheme).
-func (m *Manager) Manager() manager.Manager { return m.mgr }
 
 // Stop stops the manager and waits (bounded by Options.StopTimeout) for its controllers to return.
 // Errors: the manager's own error, or a timeout.
@@ -149,7 +165,7 @@ func (m *Manager) stopTimeout() time.Duration {
 	if m.s.interrupted.Load() {
 		return time.Second
 	}
-	return m.s.opts.StopTimeout
+	return m.s.stopTimeout
 }
 
 // Interrupted reports whether a SIGINT or SIGTERM stopped the suite: the control plane is gone, so
@@ -174,7 +190,7 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 	if err := validateManagers(opts.Managers); err != nil {
 		return nil, err
 	}
-	if _, err := AssetsDir(); err != nil {
+	if _, err := controlplane.AssetsDir(); err != nil {
 		return nil, err
 	}
 	crdPaths, err := resolveCRDPaths(opts.CRDDirectoryPaths)
@@ -190,7 +206,10 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 	}
 
 	notify := newBroadcast()
-	s := &Suite{opts: opts, notify: notify, rec: newRecorder(opts.Scheme, notify), stream: newStream(opts.Scheme, notify),
+	s := &Suite{scheme: opts.Scheme, watchKinds: opts.WatchKinds, requeueClamp: opts.RequeueClamp, pins: opts.Pins,
+		dumpers: opts.Dumpers, artifactsDir: opts.ArtifactsDir, startTimeout: opts.StartTimeout,
+		stopTimeout: opts.StopTimeout, cleanupTimeout: opts.CleanupTimeout,
+		notify: notify, rec: newRecorder(opts.Scheme, notify), stream: newStream(opts.Scheme, notify),
 		gate: newGate(), managers: map[string]*Manager{}}
 	plane, err := controlplane.Start(&envtest.Environment{
 		CRDDirectoryPaths:        crdPaths,
@@ -247,13 +266,16 @@ func (o *Options) defaults() error {
 		return errors.New("suite: Options.Scheme is nil: build a runtime.Scheme with clientgoscheme.AddToScheme and each operator's AddToScheme")
 	}
 	if o.RequeueClamp == 0 {
-		o.RequeueClamp = 50 * time.Millisecond
+		o.RequeueClamp = defaultRequeueClamp
 	}
 	if o.StartTimeout == 0 {
 		o.StartTimeout = 60 * time.Second
 	}
 	if o.StopTimeout == 0 {
 		o.StopTimeout = 20 * time.Second
+	}
+	if o.CleanupTimeout == 0 {
+		o.CleanupTimeout = 30 * time.Second
 	}
 	if o.ArtifactsDir == "" {
 		o.ArtifactsDir = os.Getenv("ENSEMBLE_ARTIFACTS")
@@ -286,7 +308,7 @@ func validateManager(m ManagerOptions) error {
 		return fmt.Errorf("Name %q contains '/': use a plain name such as \"multigres\"", m.Name)
 	}
 	if m.Register == nil {
-		return fmt.Errorf("manager %q has no Register: set it to a func that sets up the operator's controllers through the Wiring", m.Name)
+		return fmt.Errorf("manager %q has no Register: set it to a func that sets the operator up on the manager it is given, as its main does", m.Name)
 	}
 	return nil
 }
@@ -311,7 +333,7 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 	}
 	scheme := mo.Scheme
 	if scheme == nil {
-		scheme = s.opts.Scheme
+		scheme = s.scheme
 	}
 	leNS := mo.LeaderElectionNamespace
 	if leNS == "" {
@@ -326,23 +348,31 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 		LeaderElectionID:              mo.LeaderElectionID,
 		LeaderElectionNamespace:       leNS,
 		LeaderElectionReleaseOnCancel: true,
-		GracefulShutdownTimeout:       ptr.To(s.opts.StopTimeout),
+		GracefulShutdownTimeout:       ptr.To(s.stopTimeout),
 		Controller:                    config.Controller{SkipNameValidation: ptr.To(true)},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("suite: manager %s: %w", mo.Name, err)
 	}
-	if err := mo.Register(mgr, Wiring{s: s, manager: mo.Name, ungated: mo.Ungated, base: mgr.GetClient()}); err != nil {
+	wm := s.newWrappingManager(mgr, mo.Name, mo.Ungated)
+	if err := mo.Register(wm); err != nil {
+		if wm.err != nil {
+			return nil, wm.err
+		}
 		return nil, fmt.Errorf("suite: manager %s: Register: %w", mo.Name, err)
+	}
+	if wm.err != nil {
+		// Register went on past a controller the harness refused: still an error, never unrecorded passes.
+		return nil, wm.err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{Name: mo.Name, mgr: mgr, stop: cancel, done: make(chan error, 1), s: s}
 	go func() { m.done <- mgr.Start(ctx) }()
-	syncCtx, syncCancel := context.WithTimeout(ctx, s.opts.StartTimeout)
+	syncCtx, syncCancel := context.WithTimeout(ctx, s.startTimeout)
 	defer syncCancel()
 	if !mgr.GetCache().WaitForCacheSync(syncCtx) {
 		_ = m.Stop()
-		return nil, fmt.Errorf("suite: manager %s: cache did not sync within %s (are its kinds' CRDs installed?)", mo.Name, s.opts.StartTimeout)
+		return nil, fmt.Errorf("suite: manager %s: cache did not sync within %s (are its kinds' CRDs installed?)", mo.Name, s.startTimeout)
 	}
 	s.mu.Lock()
 	s.managers[mo.Name] = m
@@ -350,19 +380,6 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 	s.mu.Unlock()
 	return m, nil
 }
-
-// Reader reads the watched kinds from the event stream's informer cache: what the stream has seen, without a
-// round trip to the API server. Reading a kind that is not in Options.WatchKinds starts an informer for it.
-func (s *Suite) Reader() client.Reader { return s.reader }
-
-// Recorder returns the suite's write and pass recorder.
-func (s *Suite) Recorder() *Recorder { return s.rec }
-
-// Stream returns the suite's event stream.
-func (s *Suite) Stream() *Stream { return s.stream }
-
-// Gate returns the suite's gate.
-func (s *Suite) Gate() *Gate { return s.gate }
 
 // Stop stops every manager, the event stream and envtest, within Options.StopTimeout per part, and makes
 // sure the kube-apiserver and etcd processes are gone (killing them if they outlive envtest's stop). Safe to

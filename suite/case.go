@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"fmt"
 	"regexp"
 	"strings"
 	"sync"
@@ -18,8 +17,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 )
 
-// TB is what a Case needs of the test: satisfied by *testing.T and by Ginkgo's GinkgoT().
+// TB is what a Case needs of the test: satisfied by *testing.T and by Ginkgo's GinkgoT(). The Case's
+// client calls run on Context, so they end with the test.
 type TB interface {
+	Context() context.Context
 	Helper()
 	Name() string
 	Cleanup(func())
@@ -30,20 +31,20 @@ type TB interface {
 }
 
 // Case is one spec's world: a fresh namespace admitted at the gate, a client whose writes are recorded
-// as "case/spec", and a cleanup (registered with t.Cleanup) that dumps the namespace when the spec failed,
+// as "case/spec" under the field manager CaseFieldManager, and a cleanup (registered with t.Cleanup) that dumps the namespace when the spec failed,
 // deletes what the spec left behind while the controllers can still release their finalizers, and closes
 // the gate again.
 type Case struct {
 	// Namespace is the case's namespace, "e-<spec name>-<5 hex>" (at most 63 characters).
 	Namespace string
-	// Client writes through the recorder as manager "case", controller "spec"; reads are uncached.
+	// Client writes through the recorder as manager "case", controller "spec", field manager
+	// CaseFieldManager; reads are uncached.
 	Client client.Client
 	// Started is when the case was created.
 	Started time.Time
 
 	t          TB
 	s          *Suite
-	ctx        context.Context
 	mu         sync.Mutex
 	invariants []*invariant
 	admitted   bool
@@ -67,10 +68,6 @@ func (c *Case) AfterCleanup(fn func()) {
 	c.mu.Unlock()
 }
 
-// CleanupTimeout bounds how long a Case's cleanup waits for the controllers to delete what the spec left;
-// past it, remaining finalizers are removed so the namespace is empty either way.
-var CleanupTimeout = 30 * time.Second
-
 var nonDNS = regexp.MustCompile(`[^a-z0-9-]+`)
 
 // NewCase creates the case's namespace, admits it at the gate (unless Unadmitted) and registers the
@@ -84,43 +81,37 @@ func (s *Suite) NewCase(t TB, opts ...CaseOption) *Case {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	ns := "e-" + name + "-" + hex.EncodeToString(b)[:5]
-	c := &Case{Namespace: ns, t: t, s: s, ctx: context.Background(), Started: time.Now(),
-		Client: s.recordingClient(s.Client, "case", "spec"), admitted: true}
+	c := &Case{Namespace: ns, t: t, s: s, Started: time.Now(),
+		Client: client.WithFieldOwner(s.recordingClient(s.Client, "case", "spec"), CaseFieldManager), admitted: true}
 	for _, o := range opts {
 		o(c)
 	}
-	if err := s.Client.Create(c.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+	if err := s.Client.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatalf("suite: creating namespace %s: %v", ns, err)
 	}
 	if c.admitted {
-		s.gate.Admit(ns)
+		s.gate.admit(ns)
 	}
 	t.Cleanup(c.cleanup)
 	return c
 }
-
-// Suite returns the suite the case runs in.
-func (c *Case) Suite() *Suite { return c.s }
-
-// Context returns the case's context.
-func (c *Case) Context() context.Context { return c.ctx }
 
 // Create creates obj in the case's namespace (set when obj has none). Errors: the API server's.
 func (c *Case) Create(obj client.Object) error {
 	if obj.GetNamespace() == "" && c.namespaced(obj) {
 		obj.SetNamespace(c.Namespace)
 	}
-	return c.Client.Create(c.ctx, obj)
+	return c.Client.Create(c.t.Context(), obj)
 }
 
 // Get reads the named object of the case's namespace into obj. Errors: the API server's (NotFound, ...).
 func (c *Case) Get(name string, obj client.Object) error {
-	return c.Client.Get(c.ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, obj)
+	return c.Client.Get(c.t.Context(), client.ObjectKey{Namespace: c.Namespace, Name: name}, obj)
 }
 
 // List lists objects of the case's namespace into list. Errors: the API server's.
 func (c *Case) List(list client.ObjectList, opts ...client.ListOption) error {
-	return c.Client.List(c.ctx, list, append([]client.ListOption{client.InNamespace(c.Namespace)}, opts...)...)
+	return c.Client.List(c.t.Context(), list, append([]client.ListOption{client.InNamespace(c.Namespace)}, opts...)...)
 }
 
 // Update reads the named object into obj, applies mutate and writes it back, retrying on conflict
@@ -132,7 +123,7 @@ func (c *Case) Update(name string, obj client.Object, mutate func()) error {
 			return err
 		}
 		mutate()
-		if err = c.Client.Update(c.ctx, obj); !apierrors.IsConflict(err) {
+		if err = c.Client.Update(c.t.Context(), obj); !apierrors.IsConflict(err) {
 			return err
 		}
 	}
@@ -144,37 +135,37 @@ func (c *Case) Delete(obj client.Object, opts ...client.DeleteOption) error {
 	if obj.GetNamespace() == "" && c.namespaced(obj) {
 		obj.SetNamespace(c.Namespace)
 	}
-	return client.IgnoreNotFound(c.Client.Delete(c.ctx, obj, opts...))
+	return client.IgnoreNotFound(c.Client.Delete(c.t.Context(), obj, opts...))
 }
 
-// RequireQuiescent fails the test unless the case's namespace goes quiet for window within timeout (see
-// Suite.WaitQuiescent), and returns how long that took.
+// RequireQuiescent fails the test unless the case's namespace goes quiet for window within timeout, and
+// returns how long that took (about zero when it had already been quiet for window). Quiet means no watched
+// object changed, no write was attempted (see StateOnly) and no reconcile pass ran for window; then the
+// last pass of every controller key in the namespace must not have ended in an error. The failure names
+// the busiest objects, their field transitions and the writers (errNotQuiet), or the failed passes
+// (errLastPassFailed).
 func (c *Case) RequireQuiescent(window, timeout time.Duration, opts ...QuietOption) time.Duration {
 	c.t.Helper()
-	took, err := c.s.WaitQuiescent(c.ctx, c.Namespace, window, timeout, opts...)
+	took, err := c.s.waitQuiescent(c.t.Context(), c.Namespace, window, timeout, opts...)
 	if err != nil {
 		c.t.Fatalf("%v", err)
 	}
 	return took
 }
 
-// Writes returns the recorded writes in the case's namespace that match f (its Namespace is forced).
-func (c *Case) Writes(f WriteFilter) []Write {
-	f.Namespace = c.Namespace
-	return c.s.rec.Writes(f)
-}
+// Writes returns the recorded writes in the case's namespace that match f, oldest first.
+func (c *Case) Writes(f WriteFilter) []Write { return c.s.rec.writes(c.Namespace, f) }
 
-// Passes returns the recorded reconcile passes in the case's namespace that match f.
-func (c *Case) Passes(f PassFilter) []Pass {
-	f.Namespace = c.Namespace
-	return c.s.rec.Passes(f)
-}
+// Passes returns the recorded reconcile passes in the case's namespace that match f, oldest first.
+func (c *Case) Passes(f PassFilter) []Pass { return c.s.rec.passes(c.Namespace, f) }
 
-// Changes returns the observed changes in the case's namespace that match f.
-func (c *Case) Changes(f ChangeFilter) []Change {
-	f.Namespace = c.Namespace
-	return c.s.stream.Changes(f)
-}
+// Reader reads the watched kinds from the event stream's informer cache: the objects as the stream has seen
+// them, without a round trip to the API server (for polling that must not load it). Reading a kind that is
+// not in Options.WatchKinds starts an informer for it.
+func (c *Case) Reader() client.Reader { return c.s.reader }
+
+// Changes returns the observed changes in the case's namespace that match f, ordered by resourceVersion.
+func (c *Case) Changes(f ChangeFilter) []Change { return c.s.stream.changes(c.Namespace, f) }
 
 func (c *Case) namespaced(obj client.Object) bool {
 	ok, err := c.s.Client.IsObjectNamespaced(obj)
@@ -189,7 +180,7 @@ func (c *Case) cleanup() {
 		c.t.Errorf("%s", err)
 	}
 	if c.t.Failed() {
-		if path, summary, err := c.s.Dump(c.Namespace, c.t.Name(), c.Started); err == nil {
+		if path, summary, err := c.s.dump(c.Namespace, c.t.Name(), c.Started); err == nil {
 			c.t.Logf("suite: failure dump of %s written to %s\n%s", c.Namespace, path, summary)
 		} else {
 			c.t.Logf("suite: failure dump of %s failed: %v", c.Namespace, err)
@@ -204,9 +195,9 @@ func (c *Case) cleanup() {
 		}
 	}()
 	if c.admitted {
-		defer c.s.gate.Close(c.Namespace)
+		defer c.s.gate.close(c.Namespace)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), CleanupTimeout)
+	ctx, cancel := context.WithTimeout(context.Background(), c.s.cleanupTimeout)
 	defer cancel()
 	for {
 		left := c.leftovers(ctx)
@@ -219,7 +210,7 @@ func (c *Case) cleanup() {
 					_ = c.s.Client.Patch(context.Background(), o, client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"finalizers":null}}`)))
 				}
 			}
-			c.t.Logf("suite: cleanup of %s: %d objects still there after %s; their finalizers were removed", c.Namespace, len(left), CleanupTimeout)
+			c.t.Logf("suite: cleanup of %s: %d objects still there after %s; their finalizers were removed", c.Namespace, len(left), c.s.cleanupTimeout)
 			return
 		}
 		for _, o := range left {
@@ -238,11 +229,11 @@ func (c *Case) cleanup() {
 // leftovers lists the objects of the watched kinds still in the case's namespace.
 func (c *Case) leftovers(ctx context.Context) []client.Object {
 	var out []client.Object
-	for _, k := range c.s.opts.WatchKinds {
+	for _, k := range c.s.watchKinds {
 		if !c.namespaced(k) {
 			continue
 		}
-		gvk, err := apiutil.GVKForObject(k, c.s.opts.Scheme)
+		gvk, err := apiutil.GVKForObject(k, c.s.scheme)
 		if err != nil {
 			continue
 		}
@@ -257,6 +248,3 @@ func (c *Case) leftovers(ctx context.Context) []client.Object {
 	}
 	return out
 }
-
-// String names the case.
-func (c *Case) String() string { return fmt.Sprintf("case %s (%s)", c.t.Name(), c.Namespace) }

@@ -15,24 +15,17 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// Dumper adds a section to failure dumps: a fake's log for the namespace, for instance. It returns the
-// section's file name (e.g. "pooler.log") and content.
+// Dumper adds a section to failure dumps (Options.Dumpers): a fake's log for the namespace, for instance.
+// It returns the section's file name (e.g. "pooler.log") and content.
 type Dumper func(namespace string) (name, content string)
 
-// AddDumper registers d; every later dump includes its section.
-func (s *Suite) AddDumper(d Dumper) {
-	s.mu.Lock()
-	s.dumpers = append(s.dumpers, d)
-	s.mu.Unlock()
-}
-
-// Dump writes everything known about namespace ns since `since` under
+// dump writes everything known about namespace ns since `since` under
 // Options.ArtifactsDir/<spec>-<namespace>/: objects.yaml (the watched kinds, with managedFields), events.txt
 // (Kubernetes events), changes.txt (the event stream), writes.txt (the recorder's op log), passes.txt
 // (reconcile passes) and one file per Dumper. It returns the directory and a short summary (counts, the
 // last writes and passes). Errors: the directory cannot be written.
-func (s *Suite) Dump(ns, spec string, since time.Time) (string, string, error) {
-	dir := filepath.Join(s.opts.ArtifactsDir, strings.Trim(nonDNS.ReplaceAllString(strings.ToLower(spec), "-"), "-")+"-"+ns)
+func (s *Suite) dump(ns, spec string, since time.Time) (string, string, error) {
+	dir := filepath.Join(s.artifactsDir, strings.Trim(nonDNS.ReplaceAllString(strings.ToLower(spec), "-"), "-")+"-"+ns)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", "", fmt.Errorf("suite: dump: %w", err)
 	}
@@ -40,8 +33,8 @@ func (s *Suite) Dump(ns, spec string, since time.Time) (string, string, error) {
 	defer cancel()
 	var objs strings.Builder
 	nObjs := 0
-	for _, k := range s.opts.WatchKinds {
-		gvk, err := apiutil.GVKForObject(k, s.opts.Scheme)
+	for _, k := range s.watchKinds {
+		gvk, err := apiutil.GVKForObject(k, s.scheme)
 		if err != nil {
 			continue
 		}
@@ -69,20 +62,17 @@ func (s *Suite) Dump(ns, spec string, since time.Time) (string, string, error) {
 			fmt.Fprintf(&events, "%s %s %s/%s %s: %s (x%d)\n", e.LastTimestamp.Format(time.RFC3339), e.Type, e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Reason, e.Message, e.Count)
 		}
 	}
-	changes := s.stream.Changes(ChangeFilter{Namespace: ns, Since: since})
-	writes := s.rec.Writes(WriteFilter{Namespace: ns, Since: since})
-	passes := s.rec.Passes(PassFilter{Namespace: ns, Since: since})
+	changes := s.stream.changes(ns, ChangeFilter{Since: since})
+	writes := s.rec.writes(ns, WriteFilter{Since: since})
+	passes := s.rec.allPasses(ns, since)
 	files := map[string]string{
 		"objects.yaml": objs.String(),
 		"events.txt":   events.String(),
-		"changes.txt":  joinLines(changes),
-		"writes.txt":   joinLines(writes),
-		"passes.txt":   joinLines(passes),
+		"changes.txt":  joinLines(changes, Change.String),
+		"writes.txt":   joinLines(writes, Write.line),
+		"passes.txt":   joinLines(passes, Pass.line),
 	}
-	s.mu.Lock()
-	dumpers := append([]Dumper(nil), s.dumpers...)
-	s.mu.Unlock()
-	for _, d := range dumpers {
+	for _, d := range s.dumpers {
 		name, content := d(ns)
 		files[name] = content
 	}
@@ -92,35 +82,37 @@ func (s *Suite) Dump(ns, spec string, since time.Time) (string, string, error) {
 		}
 	}
 	summary := fmt.Sprintf("  %d objects, %d changes, %d writes (%d rejected), %d passes\n  last writes:\n%s\n  last passes:\n%s",
-		nObjs, len(changes), len(writes), countRejected(writes), len(passes), indent(lastLines(writes, 5)), indent(lastLines(passes, 5)))
+		nObjs, len(changes), len(writes), countRejected(writes), len(passes), indent(lastLines(writes, 5, Write.line)), indent(lastLines(passes, 5, Pass.line)))
 	return dir, summary, nil
 }
 
 func countRejected(ws []Write) int {
 	n := 0
 	for _, w := range ws {
-		if w.Rejected() {
+		if w.Err != nil {
 			n++
 		}
 	}
 	return n
 }
 
-func joinLines[T fmt.Stringer](xs []T) string {
+// joinLines renders each element on a line of its own.
+func joinLines[T any](xs []T, line func(T) string) string {
 	var b strings.Builder
 	for _, x := range xs {
-		b.WriteString(x.String() + "\n")
+		b.WriteString(line(x) + "\n")
 	}
 	return b.String()
 }
 
-func lastLines[T fmt.Stringer](xs []T, n int) []string {
+// lastLines renders the last n elements, one line each.
+func lastLines[T any](xs []T, n int, line func(T) string) []string {
 	if len(xs) > n {
 		xs = xs[len(xs)-n:]
 	}
 	var out []string
 	for _, x := range xs {
-		out = append(out, x.String())
+		out = append(out, line(x))
 	}
 	return out
 }

@@ -2,26 +2,34 @@ package suite
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
+	. "github.com/onsi/gomega"
 	"go.uber.org/goleak"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/ensembletest/ensemble/internal/controlplane"
 )
 
-// marker is a converging controller: it sets data.seen on every ConfigMap once.
-type marker struct{ c client.Client }
+// marker is a converging controller set up the way an operator's main sets one up: it takes the manager's
+// client and sets data.seen on every ConfigMap once, then asks for an hourly resync.
+type marker struct{ client.Client }
 
 func (m *marker) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	cm := &corev1.ConfigMap{}
-	if err := m.c.Get(ctx, req.NamespacedName, cm); err != nil {
+	if err := m.Get(ctx, req.NamespacedName, cm); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if cm.Data["seen"] == "yes" {
@@ -32,20 +40,53 @@ func (m *marker) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, 
 		cm.Data = map[string]string{}
 	}
 	cm.Data["seen"] = "yes"
-	return ctrl.Result{}, m.c.Patch(ctx, cm, patch, client.FieldOwner("marker"))
+	return ctrl.Result{}, m.Patch(ctx, cm, patch, client.FieldOwner("operator"))
 }
 
-// TestPlainTestingT boots the harness from a plain *testing.T (no Ginkgo), runs a converging controller
-// through a Case, and checks that Stop leaves no control-plane process and no goroutine of the suite.
+func (m *marker) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).For(&corev1.ConfigMap{}).Complete(m)
+}
+
+// looper bumps data.n of every ConfigMap labelled loop=true on every pass, forever, under the same field
+// manager as marker: two controllers of one binary that managedFields cannot tell apart.
+type looper struct{ client.Client }
+
+func (l *looper) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	cm := &corev1.ConfigMap{}
+	if err := l.Get(ctx, req.NamespacedName, cm); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	n, _ := strconv.Atoi(cm.Data["n"])
+	patch := client.MergeFrom(cm.DeepCopy())
+	if cm.Data == nil {
+		cm.Data = map[string]string{}
+	}
+	cm.Data["n"], cm.Data["seen"] = strconv.Itoa(n+1), "looped"
+	return ctrl.Result{}, client.IgnoreNotFound(l.Patch(ctx, cm, patch, client.FieldOwner("operator")))
+}
+
+func (l *looper) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).Named("looper").
+		For(&corev1.ConfigMap{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return o.GetLabels()["loop"] == "true"
+		}))).Complete(l)
+}
+
+// TestPlainTestingT boots the harness from a plain *testing.T (no Ginkgo) with an operator set up by its own
+// SetupWithManager, checks the harness's verdicts both ways through Cases, and checks that Stop leaves no
+// control-plane process and no goroutine of the suite.
 func TestPlainTestingT(t *testing.T) {
-	if _, err := AssetsDir(); err != nil {
+	if _, err := controlplane.AssetsDir(); err != nil {
 		t.Fatal(err)
 	}
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	s, err := Boot(t.Context(), Options{Scheme: newScheme(), WatchKinds: []client.Object{&corev1.ConfigMap{}},
-		Managers: []ManagerOptions{{Name: "test", Register: func(mgr manager.Manager, w Wiring) error {
-			m := &marker{c: w.Client("marker")}
-			return ctrl.NewControllerManagedBy(mgr).Named("marker").For(&corev1.ConfigMap{}).Complete(w.Reconciler("marker", m))
+		Pins: catalog{"X-1": "a defect"},
+		Managers: []ManagerOptions{{Name: "op", Register: func(mgr manager.Manager) error {
+			if err := (&marker{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+				return err
+			}
+			return (&looper{Client: mgr.GetClient()}).SetupWithManager(mgr)
 		}}}})
 	if err != nil {
 		t.Fatal(err)
@@ -54,27 +95,168 @@ func TestPlainTestingT(t *testing.T) {
 	if len(controlplane.ChildControlPlanes()) != 2 {
 		t.Fatalf("want kube-apiserver and etcd as children, got pids %v", controlplane.ChildControlPlanes())
 	}
-
-	t.Run("case", func(t *testing.T) {
-		c := s.NewCase(t)
-		if err := c.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "m"}}); err != nil {
-			t.Fatal(err)
-		}
-		c.RequireQuiescent(200*time.Millisecond, 10*time.Second)
-		ws := c.Writes(WriteFilter{Controller: "marker"})
-		if len(ws) != 1 || ws[0].Pass == 0 || ws[0].Verb != "patch" || ws[0].FieldOwner != "marker" || ws[0].Kind != "ConfigMap" {
-			t.Fatalf("marker writes = %v, want one patch attributed to a pass", ws)
-		}
-		ps := c.Passes(PassFilter{Controller: "marker"})
-		if last := ps[len(ps)-1]; last.Asked != time.Hour || last.RequeueAfter != 50*time.Millisecond {
-			t.Fatalf("last pass %v: want the asked hour compressed to 50ms", last)
-		}
-	})
+	t.Run("wrapped controller", func(t *testing.T) { testWrappedController(t, s) })
+	t.Run("field writers", func(t *testing.T) { testFieldWriters(t, s) })
+	t.Run("quiescence verdicts", func(t *testing.T) { testQuiescenceVerdicts(t, s) })
+	t.Run("invariants", func(t *testing.T) { testInvariants(t, s) })
+	t.Run("pins", func(t *testing.T) { testPins(t, s) })
 
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
 	}
 	if left := controlplane.ChildControlPlanes(); len(left) != 0 {
 		t.Fatalf("control-plane processes left after Stop: %v", left)
+	}
+}
+
+// testWrappedController checks that a controller the builder made from the operator's own setup is gated,
+// counted, compressed and attributed under the builder's name ("configmap", the lowercased kind of For).
+func testWrappedController(t *testing.T, s *Suite) {
+	c := s.NewCase(t)
+	if err := c.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "m"}}); err != nil {
+		t.Fatal(err)
+	}
+	c.RequireQuiescent(200*time.Millisecond, 10*time.Second)
+	ws := c.Writes(WriteFilter{Manager: "op"})
+	if len(ws) != 1 || ws[0].Controller != "configmap" || ws[0].Pass == 0 || ws[0].Verb != VerbPatch || ws[0].FieldOwner != "operator" || ws[0].ResourceVersion == "" {
+		t.Fatalf("operator writes = %v, want one patch by controller configmap, attributed to a pass", ws)
+	}
+	ps := c.Passes(PassFilter{Controller: "configmap"})
+	if len(ps) == 0 {
+		t.Fatal("no pass recorded for the controller the builder named configmap")
+	}
+	if last := ps[len(ps)-1]; last.Asked != time.Hour || last.RequeueAfter != 50*time.Millisecond {
+		t.Fatalf("last pass %s: want the asked hour compressed to 50ms", last.line())
+	}
+	cm := &corev1.ConfigMap{}
+	if err := c.Get("m", cm); err != nil {
+		t.Fatal(err)
+	}
+	if ok, _ := HaveFieldManagersWithin(CaseFieldManager, "operator").Match(cm); !ok {
+		t.Fatalf("%s", HaveFieldManagersWithin(CaseFieldManager, "operator").FailureMessage(cm))
+	}
+
+	// A namespace no case admitted: requests are recorded as gated and never reach the reconciler.
+	closed := s.NewCase(t, Unadmitted())
+	if err := closed.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "outside"}}); err != nil {
+		t.Fatal(err)
+	}
+	NewWithT(t).Eventually(func() []Pass { return closed.Passes(PassFilter{Gated: true}) }).WithTimeout(10*time.Second).
+		ShouldNot(BeEmpty(), "no gated pass recorded for the unadmitted namespace")
+	if real := closed.Passes(PassFilter{}); len(real) != 0 || len(closed.Writes(WriteFilter{Manager: "op"})) != 0 {
+		t.Fatalf("a request from an unadmitted namespace reached the reconciler: %d passes", len(real))
+	}
+}
+
+// testFieldWriters checks that the recorder tells apart two controllers of one binary that share a field
+// manager: both write data.seen, only the looper writes data.n.
+func testFieldWriters(t *testing.T, s *Suite) {
+	c := s.NewCase(t)
+	if err := c.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "both", Labels: map[string]string{"loop": "true"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "one"}}); err != nil {
+		t.Fatal(err)
+	}
+	// The marker sets data.seen on every ConfigMap and the looper overwrites it on the labelled one: a field
+	// two controllers of one binary both write, under one field manager.
+	g := NewWithT(t)
+	g.Eventually(func() map[string][]string { return c.FieldWriters("ConfigMap", "both") }).WithTimeout(10 * time.Second).Should(And(
+		HaveKeyWithValue("data.seen", []string{"op/configmap", "op/looper"}),
+		HaveKeyWithValue("data.n", []string{"op/looper"})))
+	g.Eventually(func() map[string][]string { return c.FieldWriters("ConfigMap", "one") }).WithTimeout(10 * time.Second).Should(
+		HaveKeyWithValue("data.seen", []string{"op/configmap"}))
+	c.Delete(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "both"}})
+}
+
+// testQuiescenceVerdicts checks both verdicts: quiet for a quiet namespace, and not quiet (naming the
+// object, the field and the writer) for a looping one.
+func testQuiescenceVerdicts(t *testing.T, s *Suite) {
+	quiet := s.NewCase(t)
+	if err := quiet.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "still"}}); err != nil {
+		t.Fatal(err)
+	}
+	quiet.RequireQuiescent(300*time.Millisecond, 10*time.Second)
+
+	p := &probeTB{name: "looping"}
+	defer p.runCleanups()
+	loud := s.NewCase(p)
+	if err := loud.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "spinner", Labels: map[string]string{"loop": "true"}}}); err != nil {
+		t.Fatal(err)
+	}
+	loud.RequireQuiescent(300*time.Millisecond, 2*time.Second)
+	msg := strings.Join(p.fatals, "\n")
+	for _, want := range []string{errNotQuiet.Error(), "ConfigMap/spinner", "data.n", "op/looper patch"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("not-quiet verdict does not name %q:\n%s", want, msg)
+		}
+	}
+	loud.Delete(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "spinner"}})
+}
+
+// testInvariants checks that the first violation is kept with the changes around it, that a pin can take
+// it, and that an invariant that holds stays silent.
+func testInvariants(t *testing.T, s *Suite) {
+	maxN := func(limit int) func(context.Context, client.Reader, string) error {
+		return func(ctx context.Context, r client.Reader, ns string) error {
+			l := &corev1.ConfigMapList{}
+			if err := r.List(ctx, l, client.InNamespace(ns)); err != nil {
+				return err
+			}
+			for _, cm := range l.Items {
+				if n, _ := strconv.Atoi(cm.Data["n"]); n > limit {
+					return fmt.Errorf("ConfigMap %s has n=%d > %d", cm.Name, n, limit)
+				}
+			}
+			return nil
+		}
+	}
+	c := s.NewCase(t)
+	c.Invariant("n stays at most 3", maxN(3))
+	if err := c.TakeViolation("n stays at most 3"); err != nil {
+		t.Fatalf("violation before anything ran: %v", err)
+	}
+	if err := c.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "climber", Labels: map[string]string{"loop": "true"}}}); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	NewWithT(t).Eventually(func() error { err = c.TakeViolation("n stays at most 3"); return err }).
+		WithTimeout(10*time.Second).Should(HaveOccurred(), "the invariant never broke")
+	for _, want := range []string{`invariant "n stays at most 3" violated`, "ConfigMap climber has n=4 > 3", "ConfigMap/" + c.Namespace + "/climber"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("violation does not say %q:\n%v", want, err)
+		}
+	}
+	if !strings.Contains(errors.Unwrap(err).Error(), "n=4 > 3") {
+		t.Errorf("the violation does not unwrap to what the invariant returned: %v", errors.Unwrap(err))
+	}
+	if err := c.TakeViolation("no such invariant"); !errors.Is(err, errHarness) {
+		t.Errorf("TakeViolation of an unknown invariant = %v, want a harness error", err)
+	}
+	c.Delete(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "climber"}})
+
+	calm := s.NewCase(t)
+	calm.Invariant("n stays at most 3", maxN(3))
+	if err := calm.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "calm"}, Data: map[string]string{"n": "1"}}); err != nil {
+		t.Fatal(err)
+	}
+	calm.RequireQuiescent(300*time.Millisecond, 10*time.Second)
+	calm.RequireInvariants()
+}
+
+// testPins checks KnownDefect through a Case both ways, against the suite's catalog.
+func testPins(t *testing.T, s *Suite) {
+	p := &probeTB{name: "pin"}
+	defer p.runCleanups()
+	c := s.NewCase(p)
+	c.KnownDefect("X-1", func() error { return errors.New("message flapped") })
+	if p.Failed() || len(p.reports) != 1 || !strings.Contains(p.reports[0], "X-1 still present: message flapped") {
+		t.Fatalf("present defect: fatals %q reports %q", p.fatals, p.reports)
+	}
+	c.KnownDefect("X-1", func() error { return nil })
+	c.KnownDefect("MG-NOPE", func() error { return errors.New("x") })
+	if len(p.fatals) != 2 || !strings.Contains(p.fatals[0], "X-1 appears fixed: replace this pin with a positive assertion") ||
+		!strings.Contains(p.fatals[1], "no such defect") {
+		t.Fatalf("fixed defect and unknown reference: fatals %q", p.fatals)
 	}
 }

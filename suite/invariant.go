@@ -10,12 +10,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// InvariantFunc is a predicate over the live objects of a namespace, read through r (the event stream's
-// cache). It returns nil while the invariant holds and an error describing the violation otherwise.
-type InvariantFunc func(ctx context.Context, r client.Reader, namespace string) error
-
-// Violation is the first time an invariant did not hold.
-type Violation struct {
+// violation is the first time an invariant did not hold. It unwraps to what the invariant returned.
+type violation struct {
 	// Name is the invariant's name; Err what it returned; Time when it was seen.
 	Name string
 	Err  error
@@ -24,26 +20,31 @@ type Violation struct {
 	Around []Change
 }
 
+// Unwrap returns what the invariant returned.
+func (v *violation) Unwrap() error { return v.Err }
+
 // Error renders the violation with the timeline around it.
-func (v *Violation) Error() string {
-	return fmt.Sprintf("invariant %q violated at %s: %v\n  changes around it:\n%s", v.Name, v.Time.Format("15:04:05.000"), v.Err, indent(lastLines(v.Around, 40)))
+func (v *violation) Error() string {
+	return fmt.Sprintf("invariant %q violated at %s: %v\n  changes around it:\n%s", v.Name, v.Time.Format("15:04:05.000"), v.Err, indent(lastLines(v.Around, 40, Change.String)))
 }
 
 type invariant struct {
 	taken bool
 	name  string
-	check InvariantFunc
+	check func(ctx context.Context, r client.Reader, namespace string) error
 	stop  context.CancelFunc
 	done  chan struct{}
 	mu    sync.Mutex
-	first *Violation
+	first *violation
 }
 
 // Invariant checks fn after every change the event stream sees in the case's namespace, from now until the
-// case ends, and keeps the first violation. RequireInvariants (and the case's cleanup) fail the test with it
-// and the timeline around it. Checks run on a goroutine of their own: fn must be safe to call concurrently
-// with the spec and must not call the test's TB.
-func (c *Case) Invariant(name string, fn InvariantFunc) {
+// case ends, and keeps the first violation. fn reads the namespace's live objects through r (the event
+// stream's cache) and returns nil while the invariant holds, an error describing the violation otherwise.
+// RequireInvariants (and the case's cleanup) fail the test with the first violation and the changes around
+// it. Checks run on a goroutine of their own: fn must be safe to call concurrently with the spec and must
+// not call the test's TB.
+func (c *Case) Invariant(name string, fn func(ctx context.Context, r client.Reader, namespace string) error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	inv := &invariant{name: name, check: fn, stop: cancel, done: make(chan struct{})}
 	c.mu.Lock()
@@ -54,7 +55,7 @@ func (c *Case) Invariant(name string, fn InvariantFunc) {
 		for {
 			wake := c.s.notify.wait()
 			if err := fn(ctx, c.s.reader, c.Namespace); err != nil && ctx.Err() == nil {
-				v := &Violation{Name: name, Err: err, Time: time.Now()}
+				v := &violation{Name: name, Err: err, Time: time.Now()}
 				inv.mu.Lock()
 				inv.first = v
 				inv.mu.Unlock()
@@ -73,12 +74,12 @@ func (c *Case) Invariant(name string, fn InvariantFunc) {
 // changes around it; it does nothing while every invariant holds.
 func (c *Case) RequireInvariants() {
 	c.t.Helper()
-	if err := c.InvariantsHold(); err != nil {
-		c.t.Fatalf("%v", err)
+	if msg := c.invariantErrors(); msg != "" {
+		c.t.Fatalf("%s", msg)
 	}
 }
 
-// TakeViolation returns the first violation of the named invariant (a *Violation, with the changes around
+// TakeViolation returns the first violation of the named invariant (a *violation, with the changes around
 // it) and takes it: the case's cleanup no longer fails the test with it. For a KnownDefect pin whose
 // evidence is the invariant's violation: `c.KnownDefect(ref, func() error { return c.TakeViolation(name) })`
 // passes while the defect breaks the invariant and fails once it holds. It returns nil while the invariant
@@ -109,27 +110,18 @@ func (c *Case) TakeViolation(name string) error {
 }
 
 // fillAround records the case's changes in the second before and the 200 ms after the violation.
-func (c *Case) fillAround(v *Violation) {
+func (c *Case) fillAround(v *violation) {
 	if v.Around != nil {
 		return
 	}
-	for _, ch := range c.s.stream.Changes(ChangeFilter{Namespace: c.Namespace, Since: v.Time.Add(-time.Second)}) {
+	for _, ch := range c.s.stream.changes(c.Namespace, ChangeFilter{Since: v.Time.Add(-time.Second)}) {
 		if ch.Time.Before(v.Time.Add(200 * time.Millisecond)) {
 			v.Around = append(v.Around, ch)
 		}
 	}
 }
 
-// InvariantsHold returns nil while every invariant of the case holds (or its violation was taken with
-// TakeViolation), else an error naming each violated invariant with its first violation and the changes
-// around it.
-func (c *Case) InvariantsHold() error {
-	if msg := c.invariantErrors(); msg != "" {
-		return fmt.Errorf("%s", msg)
-	}
-	return nil
-}
-
+// invariantErrors renders each violation not taken, with the changes around it; empty while all hold.
 func (c *Case) invariantErrors() string {
 	c.mu.Lock()
 	invs := append([]*invariant(nil), c.invariants...)

@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/onsi/gomega/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
@@ -82,22 +83,12 @@ func join(a, b string) string {
 	return a + "." + b
 }
 
-// Managers lists the field managers, sorted.
-func (o Ownership) Managers() []string {
-	var out []string
-	for m := range o {
-		out = append(out, m)
-	}
-	sort.Strings(out)
-	return out
-}
-
 // Owners lists the managers owning path or a field below it, sorted.
 func (o Ownership) Owners(path string) []string {
 	var out []string
 	for m, paths := range o {
 		for _, p := range paths {
-			if p == path || strings.HasPrefix(p, path+".") || strings.HasPrefix(p, path+"[") {
+			if under(p, path) {
 				out = append(out, m)
 				break
 			}
@@ -107,9 +98,9 @@ func (o Ownership) Owners(path string) []string {
 	return out
 }
 
-// SharedFields returns, for each leaf path owned by two or more managers, those managers. Empty when every
+// sharedFields returns, for each leaf path owned by two or more managers, those managers. Empty when every
 // field has one owner.
-func (o Ownership) SharedFields() map[string][]string {
+func (o Ownership) sharedFields() map[string][]string {
 	byPath := map[string][]string{}
 	for m, paths := range o {
 		for _, p := range paths {
@@ -126,44 +117,72 @@ func (o Ownership) SharedFields() map[string][]string {
 	return out
 }
 
-// RequireDeclaredManagers returns an error naming every field manager of obj that is not in declared
-// (a manager named after a User-Agent, for instance), with the fields it owns; nil when all are declared.
-func RequireDeclaredManagers(obj client.Object, declared ...string) error {
-	o, err := OwnershipOf(obj)
-	if err != nil {
-		return err
-	}
+// HaveSingleFieldOwners succeeds for an object (a client.Object read with its managedFields) none of whose
+// leaf fields is owned by two or more field managers. The failure names each shared field and its managers.
+func HaveSingleFieldOwners() types.GomegaMatcher {
+	return ownershipMatcher{want: "every field owned by one field manager", check: func(o Ownership) []string {
+		var lines []string
+		for p, ms := range o.sharedFields() {
+			lines = append(lines, p+" is owned by "+strings.Join(ms, ", "))
+		}
+		return lines
+	}}
+}
+
+// HaveFieldManagersWithin succeeds for an object every field manager of which is in declared. The failure
+// names each undeclared manager (a name the API server derived from a User-Agent, for instance) and the
+// fields it owns.
+func HaveFieldManagersWithin(declared ...string) types.GomegaMatcher {
 	ok := map[string]bool{}
 	for _, d := range declared {
 		ok[d] = true
 	}
-	var bad []string
-	for _, m := range o.Managers() {
-		if !ok[m] {
-			bad = append(bad, fmt.Sprintf("%s owns %s", m, strings.Join(o[m], ", ")))
+	return ownershipMatcher{want: "field managers within [" + strings.Join(declared, ", ") + "]", check: func(o Ownership) []string {
+		var lines []string
+		for m, paths := range o {
+			if !ok[m] {
+				lines = append(lines, m+" (undeclared) owns "+strings.Join(paths, ", "))
+			}
 		}
-	}
-	if len(bad) > 0 {
-		return fmt.Errorf("%s %s has undeclared field managers (declared: %s):\n%s", obj.GetObjectKind().GroupVersionKind().Kind, obj.GetName(), strings.Join(declared, ", "), indent(bad))
-	}
-	return nil
+		return lines
+	}}
 }
 
-// RequireSingleOwners returns an error naming every field of obj owned by two or more managers; nil when
-// each field has one owner.
-func RequireSingleOwners(obj client.Object) error {
+// ownershipMatcher is a Gomega matcher over an object's Ownership; check returns one line per offence.
+type ownershipMatcher struct {
+	want  string
+	check func(Ownership) []string
+}
+
+func (m ownershipMatcher) Match(actual any) (bool, error) {
+	_, lines, err := m.eval(actual)
+	return len(lines) == 0, err
+}
+
+func (m ownershipMatcher) eval(actual any) (string, []string, error) {
+	obj, ok := actual.(client.Object)
+	if !ok {
+		return "", nil, fmt.Errorf("ownership matcher: want a client.Object read from the API server, got %T", actual)
+	}
 	o, err := OwnershipOf(obj)
 	if err != nil {
-		return err
+		return "", nil, err
 	}
-	shared := o.SharedFields()
-	if len(shared) == 0 {
-		return nil
-	}
-	var lines []string
-	for p, ms := range shared {
-		lines = append(lines, p+": "+strings.Join(ms, ", "))
-	}
+	lines := m.check(o)
 	sort.Strings(lines)
-	return fmt.Errorf("%s has fields owned by more than one manager:\n%s", obj.GetName(), indent(lines))
+	kind := obj.GetObjectKind().GroupVersionKind().Kind
+	return strings.TrimSpace(kind + " " + key(obj.GetNamespace(), obj.GetName())), lines, nil
+}
+
+func (m ownershipMatcher) FailureMessage(actual any) string {
+	name, lines, err := m.eval(actual)
+	if err != nil {
+		return err.Error()
+	}
+	return fmt.Sprintf("expected %s to have %s, but:\n%s", name, m.want, indent(lines))
+}
+
+func (m ownershipMatcher) NegatedFailureMessage(actual any) string {
+	name, _, _ := m.eval(actual)
+	return fmt.Sprintf("expected %s not to have %s, but it has", name, m.want)
 }

@@ -8,31 +8,31 @@ import (
 	"time"
 )
 
-// ErrNotQuiet is wrapped by the error WaitQuiescent returns when the namespace was not quiet in time.
-var ErrNotQuiet = errors.New("not quiescent")
+// errNotQuiet is wrapped by the error RequireQuiescent fails with when the namespace was not quiet in time.
+var errNotQuiet = errors.New("not quiescent")
 
-// ErrLastPassFailed is wrapped by the error WaitQuiescent returns when the namespace went quiet but the last
+// errLastPassFailed is wrapped by the error RequireQuiescent fails with when the namespace went quiet but the last
 // reconcile pass of some controller key in it returned an error (a controller that gave up is not converged).
-var ErrLastPassFailed = errors.New("quiet, but a last reconcile pass ended in an error")
+var errLastPassFailed = errors.New("quiet, but a last reconcile pass ended in an error")
 
-// QuietOption changes what WaitQuiescent counts as activity.
+// QuietOption changes what RequireQuiescent counts as activity.
 type QuietOption func(*quietConfig)
 
 type quietConfig struct{ stateOnly bool }
 
-// StateOnly makes WaitQuiescent count only changes of watched objects, not attempted writes: "stable"
+// StateOnly makes RequireQuiescent count only changes of watched objects, not attempted writes: "stable"
 // rather than "quiet". Use it where a controller legitimately keeps re-applying an unchanged status while
 // it waits for something outside Kubernetes (requeue compression makes such passes frequent).
 func StateOnly() QuietOption { return func(c *quietConfig) { c.stateOnly = true } }
 
-// WaitQuiescent waits until namespace ns has been quiet for window: no watched object changed, no write to
+// waitQuiescent waits until namespace ns has been quiet for window: no watched object changed, no write to
 // it was attempted (see StateOnly), and no reconcile pass for it is running. It then checks that the last
 // pass of every controller key in ns did not end in an error.
 //
 // It returns how long the call took (about zero when ns had already been quiet for window). Errors: ctx
-// done; ErrNotQuiet after timeout, with the busiest objects, their field transitions and the writers
-// since the call; ErrLastPassFailed naming the failed passes.
-func (s *Suite) WaitQuiescent(ctx context.Context, ns string, window, timeout time.Duration, opts ...QuietOption) (time.Duration, error) {
+// done; errNotQuiet after timeout, with the busiest objects, their field transitions and the writers
+// since the call; errLastPassFailed naming the failed passes.
+func (s *Suite) waitQuiescent(ctx context.Context, ns string, window, timeout time.Duration, opts ...QuietOption) (time.Duration, error) {
 	var cfg quietConfig
 	for _, o := range opts {
 		o(&cfg)
@@ -54,14 +54,14 @@ func (s *Suite) WaitQuiescent(ctx context.Context, ns string, window, timeout ti
 			if failed := s.rec.lastPassErrors(ns); len(failed) > 0 {
 				var lines []string
 				for _, p := range failed {
-					lines = append(lines, p.String())
+					lines = append(lines, p.line())
 				}
-				return took, fmt.Errorf("namespace %s: %w:\n%s", ns, ErrLastPassFailed, indent(lines))
+				return took, fmt.Errorf("namespace %s: %w:\n%s", ns, errLastPassFailed, indent(lines))
 			}
 			return took, nil
 		}
 		if now.After(deadline) {
-			return now.Sub(start), fmt.Errorf("namespace %s: %w within %s (window %s):\n%s", ns, ErrNotQuiet, timeout, window, s.activityReport(ns, start))
+			return now.Sub(start), fmt.Errorf("namespace %s: %w within %s (window %s):\n%s", ns, errNotQuiet, timeout, window, s.activityReport(ns, start))
 		}
 		next := last.Add(window)
 		if running > 0 || next.After(deadline) {
@@ -85,7 +85,7 @@ func (s *Suite) activityReport(ns string, since time.Time) string {
 	objects := map[string]int{}
 	fields := map[string]int{}
 	lastTransition := map[string]string{}
-	for _, c := range s.stream.Changes(ChangeFilter{Namespace: ns, Since: since}) {
+	for _, c := range s.stream.changes(ns, ChangeFilter{Since: since}) {
 		obj := c.Kind + "/" + c.Name
 		objects[obj]++
 		for _, f := range c.Fields {

@@ -13,47 +13,70 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 )
 
+// Verb is the kind of a recorded write.
+type Verb string
+
+// The verbs of recorded writes. A server-side apply is VerbApply whether it was sent with Apply or as a Patch
+// of type application/apply-patch+yaml.
+const (
+	VerbCreate      Verb = "create"
+	VerbUpdate      Verb = "update"
+	VerbPatch       Verb = "patch"
+	VerbApply       Verb = "apply"
+	VerbDelete      Verb = "delete"
+	VerbDeleteAllOf Verb = "deleteallof"
+)
+
+// CaseFieldManager is the field manager of every write a Case's client makes, so that what a spec wrote shows
+// in managedFields under one fixed name.
+const CaseFieldManager = "ensemble-case"
+
 // Write is one write a controller (or a Case) attempted against the API server, successful or not.
 type Write struct {
 	// Seq orders writes across the whole suite, from 1.
 	Seq int64
 	// Time is when the call returned.
 	Time time.Time
-	// Manager and Controller name the writer: the ManagerOptions.Name and the name given to Wiring.Client.
+	// Manager names the writer's manager (ManagerOptions.Name, or "case" for a Case's client). Controller is
+	// the name controller-runtime's builder gave the controller whose reconcile pass made the write; empty for
+	// a write made outside a pass (a fake's timer, a context not derived from the pass's), "spec" for a Case.
 	Manager, Controller string
-	// Pass is the Pass.ID of the reconcile pass that made the write; 0 for a write made outside a pass
-	// (a Case's own writes, a fake's timer).
+	// Pass is the Pass.ID of the reconcile pass that made the write; 0 outside a pass.
 	Pass int64
-	// Verb is create, update, patch, apply, delete or deleteallof.
-	Verb string
+	// Verb is what the write did.
+	Verb Verb
 	// Subresource is "status" (or another subresource name) for a subresource write; empty otherwise.
 	Subresource string
-	// Kind is the object's kind, e.g. "Shard"; Namespace and Name its key (Name empty for deleteallof).
+	// Kind is the object's kind, e.g. "Shard"; Namespace and Name its key (Name empty for VerbDeleteAllOf).
 	Kind, Namespace, Name string
+	// ResourceVersion is the object's resourceVersion the API server answered with; empty for a rejected
+	// write and for deletes. The Change with the same resourceVersion is the one this write made.
+	ResourceVersion string
 	// FieldOwner is the field manager the write named; empty when it named none (the API server then
 	// derives one from the User-Agent).
 	FieldOwner string
-	// PatchType is the patch's content type for patch and apply (e.g. application/apply-patch+yaml).
-	PatchType string
-	// Err is the API server's answer for a rejected write; empty when the write succeeded.
-	Err string
+	// Err is the API server's answer for a rejected write (conflict, validation, not found, ...); nil when
+	// the write succeeded.
+	Err error
 }
 
-// Rejected reports whether the API server refused the write (conflict, validation, not found, ...).
-func (w Write) Rejected() bool { return w.Err != "" }
+// writer is "manager/controller" (or the manager alone outside a pass), the name a write is attributed to.
+func (w Write) writer() string {
+	if w.Controller == "" {
+		return w.Manager
+	}
+	return w.Manager + "/" + w.Controller
+}
 
-// Writer is "manager/controller", the name a write is attributed to in reports.
-func (w Write) Writer() string { return w.Manager + "/" + w.Controller }
-
-// String renders the write on one line for reports and dumps.
-func (w Write) String() string {
+// line renders the write on one line for reports and dumps.
+func (w Write) line() string {
 	sub := ""
 	if w.Subresource != "" {
 		sub = "/" + w.Subresource
 	}
-	s := fmt.Sprintf("#%d %s %s %s%s %s/%s pass=%d owner=%q", w.Seq, w.Time.Format("15:04:05.000"), w.Writer(), w.Verb, sub, w.Kind, key(w.Namespace, w.Name), w.Pass, w.FieldOwner)
-	if w.Err != "" {
-		s += " REJECTED: " + w.Err
+	s := fmt.Sprintf("#%d %s %s %s%s %s/%s pass=%d owner=%q", w.Seq, w.Time.Format("15:04:05.000"), w.writer(), w.Verb, sub, w.Kind, key(w.Namespace, w.Name), w.Pass, w.FieldOwner)
+	if w.Err != nil {
+		s += " REJECTED: " + w.Err.Error()
 	}
 	return s
 }
@@ -62,7 +85,8 @@ func (w Write) String() string {
 type Pass struct {
 	// ID orders passes across the whole suite, from 1.
 	ID int64
-	// Manager and Controller name the reconciler (ManagerOptions.Name, the name given to Wiring.Reconciler).
+	// Manager and Controller name the reconciler: ManagerOptions.Name and the name controller-runtime's
+	// builder gave the controller (the lowercased kind of For, or the name given to Named).
 	Manager, Controller string
 	// Request is the reconcile request.
 	Request ctrl.Request
@@ -72,21 +96,21 @@ type Pass struct {
 	Start, End time.Time
 	// Gated is true when the gate refused the request: the real reconciler was not called.
 	Gated bool
-	// Err is the error the pass returned; empty when it returned none.
-	Err string
+	// Err is the error the pass returned; nil when it returned none.
+	Err error
 	// RequeueAfter is the delay handed to controller-runtime (after requeue compression); Asked is the delay
 	// the reconciler asked for. Both are zero when no delayed requeue was asked.
 	RequeueAfter, Asked time.Duration
 }
 
-// String renders the pass on one line for reports and dumps.
-func (p Pass) String() string {
+// line renders the pass on one line for reports and dumps.
+func (p Pass) line() string {
 	s := fmt.Sprintf("pass %d %s %s/%s %s n=%d", p.ID, p.Start.Format("15:04:05.000"), p.Manager, p.Controller, p.Request.NamespacedName, p.N)
 	switch {
 	case p.Gated:
 		s += " GATED"
-	case p.Err != "":
-		s += " error: " + p.Err
+	case p.Err != nil:
+		s += " error: " + p.Err.Error()
 	}
 	if p.Asked > 0 {
 		s += fmt.Sprintf(" requeueAfter=%s (asked %s)", p.RequeueAfter, p.Asked)
@@ -99,116 +123,121 @@ type passKey struct {
 	req                 types.NamespacedName
 }
 
-// Recorder keeps every write and every reconcile pass of the suite, in order. It is safe for concurrent use;
+// recorder keeps every write and every reconcile pass of the suite, in order. It is safe for concurrent use;
 // the queries return copies.
-type Recorder struct {
+type recorder struct {
 	mu       sync.Mutex
-	writes   []Write
-	passes   []*Pass
+	writeLog []Write
+	passLog  []*Pass
 	perKey   map[passKey]int
 	lastPass map[passKey]*Pass
 	notify   *broadcast
 	scheme   *runtime.Scheme
 }
 
-func newRecorder(scheme *runtime.Scheme, notify *broadcast) *Recorder {
-	return &Recorder{perKey: map[passKey]int{}, lastPass: map[passKey]*Pass{}, notify: notify, scheme: scheme}
+func newRecorder(scheme *runtime.Scheme, notify *broadcast) *recorder {
+	return &recorder{perKey: map[passKey]int{}, lastPass: map[passKey]*Pass{}, notify: notify, scheme: scheme}
 }
 
-func (r *Recorder) addWrite(w Write) {
+func (r *recorder) addWrite(w Write) {
 	r.mu.Lock()
-	w.Seq = int64(len(r.writes) + 1)
-	r.writes = append(r.writes, w)
+	w.Seq = int64(len(r.writeLog) + 1)
+	r.writeLog = append(r.writeLog, w)
 	r.mu.Unlock()
 	r.notify.signal()
 }
 
-func (r *Recorder) beginPass(manager, controller string, req ctrl.Request) *Pass {
+func (r *recorder) beginPass(manager, controller string, req ctrl.Request) *Pass {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	k := passKey{manager, controller, req.NamespacedName}
 	r.perKey[k]++
-	p := &Pass{ID: int64(len(r.passes) + 1), Manager: manager, Controller: controller, Request: req, N: r.perKey[k], Start: time.Now()}
-	r.passes = append(r.passes, p)
+	p := &Pass{ID: int64(len(r.passLog) + 1), Manager: manager, Controller: controller, Request: req, N: r.perKey[k], Start: time.Now()}
+	r.passLog = append(r.passLog, p)
 	r.lastPass[k] = p
 	return p
 }
 
-func (r *Recorder) endPass(p *Pass, gated bool, err error, after, asked time.Duration) {
+func (r *recorder) endPass(p *Pass, gated bool, err error, after, asked time.Duration) {
 	r.mu.Lock()
 	p.End = time.Now()
-	p.Gated = gated
-	if err != nil {
-		p.Err = err.Error()
-	}
+	p.Gated, p.Err = gated, err
 	p.RequeueAfter, p.Asked = after, asked
 	r.mu.Unlock()
 	r.notify.signal()
 }
 
-// WriteFilter selects writes; a zero field matches anything.
+// WriteFilter selects a Case's writes; a zero field matches anything.
 type WriteFilter struct {
-	Namespace, Name, Kind, Manager, Controller, Verb, Subresource string
+	Name, Kind, Manager, Controller, Subresource string
+	Verb                                         Verb
 	// Since keeps writes at or after this time.
 	Since time.Time
 }
 
-func (f WriteFilter) match(w Write) bool {
-	return (f.Namespace == "" || f.Namespace == w.Namespace) && (f.Name == "" || f.Name == w.Name) &&
+func (f WriteFilter) match(ns string, w Write) bool {
+	return ns == w.Namespace && (f.Name == "" || f.Name == w.Name) &&
 		(f.Kind == "" || f.Kind == w.Kind) && (f.Manager == "" || f.Manager == w.Manager) &&
 		(f.Controller == "" || f.Controller == w.Controller) && (f.Verb == "" || f.Verb == w.Verb) &&
 		(f.Subresource == "" || f.Subresource == w.Subresource) && !w.Time.Before(f.Since)
 }
 
-// Writes returns the recorded writes that match f, oldest first.
-func (r *Recorder) Writes(f WriteFilter) []Write {
+// writes returns the recorded writes in namespace ns that match f, oldest first.
+func (r *recorder) writes(ns string, f WriteFilter) []Write {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []Write
-	for _, w := range r.writes {
-		if f.match(w) {
+	for _, w := range r.writeLog {
+		if f.match(ns, w) {
 			out = append(out, w)
 		}
 	}
 	return out
 }
 
-// PassFilter selects reconcile passes; a zero field matches anything.
+// PassFilter selects a Case's reconcile passes; a zero string or time matches anything.
 type PassFilter struct {
-	Namespace, Name, Manager, Controller string
+	Name, Manager, Controller string
 	// Since keeps passes that started at or after this time.
 	Since time.Time
-	// Gated selects only gated requests (true) or only real passes (false); nil keeps both.
-	Gated *bool
+	// Gated false keeps the passes that reached the reconciler; true keeps only the requests the gate refused.
+	Gated bool
 }
 
-func (f PassFilter) match(p *Pass) bool {
-	return (f.Namespace == "" || f.Namespace == p.Request.Namespace) && (f.Name == "" || f.Name == p.Request.Name) &&
+func (f PassFilter) match(ns string, p *Pass) bool {
+	return ns == p.Request.Namespace && (f.Name == "" || f.Name == p.Request.Name) &&
 		(f.Manager == "" || f.Manager == p.Manager) && (f.Controller == "" || f.Controller == p.Controller) &&
-		!p.Start.Before(f.Since) && (f.Gated == nil || *f.Gated == p.Gated)
+		!p.Start.Before(f.Since) && f.Gated == p.Gated
 }
 
-// Passes returns the recorded reconcile passes that match f, oldest first.
-func (r *Recorder) Passes(f PassFilter) []Pass {
+// passes returns the recorded reconcile passes in namespace ns that match f, oldest first.
+func (r *recorder) passes(ns string, f PassFilter) []Pass {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []Pass
-	for _, p := range r.passes {
-		if f.match(p) {
+	for _, p := range r.passLog {
+		if f.match(ns, p) {
 			out = append(out, *p)
 		}
 	}
 	return out
 }
 
+// allPasses returns every pass in namespace ns since t, gated or not, for dumps.
+func (r *recorder) allPasses(ns string, since time.Time) []Pass {
+	out := append(r.passes(ns, PassFilter{Since: since}), r.passes(ns, PassFilter{Since: since, Gated: true})...)
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
 // lastPassErrors returns, for every controller key in namespace ns whose latest finished pass returned an
 // error, that pass.
-func (r *Recorder) lastPassErrors(ns string) []Pass {
+func (r *recorder) lastPassErrors(ns string) []Pass {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []Pass
 	for k, p := range r.lastPass {
-		if k.req.Namespace == ns && !p.End.IsZero() && p.Err != "" {
+		if k.req.Namespace == ns && !p.End.IsZero() && p.Err != nil {
 			out = append(out, *p)
 		}
 	}
@@ -217,29 +246,29 @@ func (r *Recorder) lastPassErrors(ns string) []Pass {
 }
 
 // lastWrite returns the time and index of the latest write to namespace ns (zero time and -1 when none).
-func (r *Recorder) lastWrite(ns string) (time.Time, int) {
+func (r *recorder) lastWrite(ns string) (time.Time, int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for i := len(r.writes) - 1; i >= 0; i-- {
-		if r.writes[i].Namespace == ns {
-			return r.writes[i].Time, i
+	for i := len(r.writeLog) - 1; i >= 0; i-- {
+		if r.writeLog[i].Namespace == ns {
+			return r.writeLog[i].Time, i
 		}
 	}
 	return time.Time{}, -1
 }
 
 // writers counts writes to namespace ns since t by writer and by object, for quiescence reports.
-func (r *Recorder) writers(ns string, since time.Time) map[string]int {
+func (r *recorder) writers(ns string, since time.Time) map[string]int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := map[string]int{}
-	for _, w := range r.writes {
+	for _, w := range r.writeLog {
 		if w.Namespace == ns && !w.Time.Before(since) {
 			sub := ""
 			if w.Subresource != "" {
 				sub = "/" + w.Subresource
 			}
-			out[fmt.Sprintf("%s %s%s %s/%s", w.Writer(), w.Verb, sub, w.Kind, w.Name)]++
+			out[fmt.Sprintf("%s %s%s %s/%s", w.writer(), w.Verb, sub, w.Kind, w.Name)]++
 		}
 	}
 	return out
@@ -312,7 +341,7 @@ func indent(lines []string) string {
 }
 
 // running counts the passes for namespace ns that started and have not ended.
-func (r *Recorder) running(ns string) int {
+func (r *recorder) running(ns string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := 0

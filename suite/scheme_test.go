@@ -12,4 +12,4 @@ func newScheme() *runtime.Scheme {
 	return s
 }
 
-func noop(manager.Manager, Wiring) error { return nil }
+func noop(manager.Manager) error { return nil }

@@ -23,8 +23,8 @@ type Change struct {
 	Seq int64
 	// Time is when the stream saw the change.
 	Time time.Time
-	// Type is Added, Modified or Deleted.
-	Type string
+	// Type says whether the object appeared, changed or went.
+	Type ChangeType
 	// Kind, Namespace and Name identify the object.
 	Kind, Namespace, Name string
 	// ResourceVersion is the object's resourceVersion after the change (the etcd revision that made it).
@@ -33,6 +33,16 @@ type Change struct {
 	// status.conditions[type=Available].status); empty for Added and Deleted.
 	Fields []FieldChange
 }
+
+// ChangeType is the kind of a Change.
+type ChangeType string
+
+// The types of Change.
+const (
+	Added    ChangeType = "Added"
+	Modified ChangeType = "Modified"
+	Deleted  ChangeType = "Deleted"
+)
 
 // FieldChange is one leaf field's transition; Old or New is "<absent>" when the field did not or no longer
 // exist.
@@ -51,22 +61,22 @@ func (c Change) String() string {
 
 const absent = "<absent>"
 
-// Stream watches the kinds given in Options.WatchKinds across all namespaces and keeps every Change.
+// stream watches the kinds given in Options.WatchKinds across all namespaces and keeps every Change.
 // Safe for concurrent use; queries return copies.
-type Stream struct {
-	mu      sync.Mutex
-	changes []Change
-	last    map[string]map[string]string
-	notify  *broadcast
-	scheme  *runtime.Scheme
+type stream struct {
+	mu     sync.Mutex
+	log    []Change
+	last   map[string]map[string]string
+	notify *broadcast
+	scheme *runtime.Scheme
 }
 
-func newStream(scheme *runtime.Scheme, notify *broadcast) *Stream {
-	return &Stream{last: map[string]map[string]string{}, notify: notify, scheme: scheme}
+func newStream(scheme *runtime.Scheme, notify *broadcast) *stream {
+	return &stream{last: map[string]map[string]string{}, notify: notify, scheme: scheme}
 }
 
 // watch registers event handlers for each kind on the cache; the cache must be started by the caller.
-func (st *Stream) watch(ctx context.Context, c cache.Cache, kinds []client.Object) error {
+func (st *stream) watch(ctx context.Context, c cache.Cache, kinds []client.Object) error {
 	for _, k := range kinds {
 		gvk, err := apiutil.GVKForObject(k, st.scheme)
 		if err != nil {
@@ -78,13 +88,13 @@ func (st *Stream) watch(ctx context.Context, c cache.Cache, kinds []client.Objec
 		}
 		kind := gvk.Kind
 		_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-			AddFunc:    func(o any) { st.observe(kind, "Added", o) },
-			UpdateFunc: func(_, o any) { st.observe(kind, "Modified", o) },
+			AddFunc:    func(o any) { st.observe(kind, Added, o) },
+			UpdateFunc: func(_, o any) { st.observe(kind, Modified, o) },
 			DeleteFunc: func(o any) {
 				if d, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
 					o = d.Obj
 				}
-				st.observe(kind, "Deleted", o)
+				st.observe(kind, Deleted, o)
 			},
 		})
 		if err != nil {
@@ -94,7 +104,7 @@ func (st *Stream) watch(ctx context.Context, c cache.Cache, kinds []client.Objec
 	return nil
 }
 
-func (st *Stream) observe(kind, typ string, o any) {
+func (st *stream) observe(kind string, typ ChangeType, o any) {
 	obj, ok := o.(client.Object)
 	if !ok {
 		return
@@ -105,45 +115,47 @@ func (st *Stream) observe(kind, typ string, o any) {
 	prev, had := st.last[id]
 	var fields []FieldChange
 	switch typ {
-	case "Deleted":
+	case Deleted:
 		delete(st.last, id)
-	case "Modified", "Added":
+	case Modified, Added:
 		st.last[id] = flat
 		if had {
-			typ = "Modified"
+			typ = Modified
 			fields = diffFlat(prev, flat)
 			if len(fields) == 0 {
 				st.mu.Unlock()
 				return
 			}
 		} else {
-			typ = "Added"
+			typ = Added
 		}
 	}
-	st.changes = append(st.changes, Change{Seq: int64(len(st.changes) + 1), Time: time.Now(), Type: typ, Kind: kind,
+	st.log = append(st.log, Change{Seq: int64(len(st.log) + 1), Time: time.Now(), Type: typ, Kind: kind,
 		Namespace: obj.GetNamespace(), Name: obj.GetName(), ResourceVersion: obj.GetResourceVersion(), Fields: fields})
 	st.mu.Unlock()
 	st.notify.signal()
 }
 
-// ChangeFilter selects changes; a zero field matches anything.
+// ChangeFilter selects a Case's changes; a zero field matches anything.
 type ChangeFilter struct {
-	Namespace, Kind, Name, Type string
+	Kind, Name string
+	Type       ChangeType
 	// Since keeps changes seen at or after this time.
 	Since time.Time
 }
 
-func (f ChangeFilter) match(c Change) bool {
-	return (f.Namespace == "" || f.Namespace == c.Namespace) && (f.Kind == "" || f.Kind == c.Kind) &&
+func (f ChangeFilter) match(ns string, c Change) bool {
+	return ns == c.Namespace && (f.Kind == "" || f.Kind == c.Kind) &&
 		(f.Name == "" || f.Name == c.Name) && (f.Type == "" || f.Type == c.Type) && !c.Time.Before(f.Since)
 }
 
-// Changes returns the changes that match f, ordered by resourceVersion (the order etcd made them in).
-func (st *Stream) Changes(f ChangeFilter) []Change {
+// changes returns the changes in namespace ns that match f, ordered by resourceVersion (the order etcd
+// made them in).
+func (st *stream) changes(ns string, f ChangeFilter) []Change {
 	st.mu.Lock()
 	var out []Change
-	for _, c := range st.changes {
-		if f.match(c) {
+	for _, c := range st.log {
+		if f.match(ns, c) {
 			out = append(out, c)
 		}
 	}
@@ -159,12 +171,12 @@ func (st *Stream) Changes(f ChangeFilter) []Change {
 	return out
 }
 
-func (st *Stream) lastChange(ns string) time.Time {
+func (st *stream) lastChange(ns string) time.Time {
 	st.mu.Lock()
 	defer st.mu.Unlock()
-	for i := len(st.changes) - 1; i >= 0; i-- {
-		if st.changes[i].Namespace == ns {
-			return st.changes[i].Time
+	for i := len(st.log) - 1; i >= 0; i-- {
+		if st.log[i].Namespace == ns {
+			return st.log[i].Time
 		}
 	}
 	return time.Time{}

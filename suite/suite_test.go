@@ -1,13 +1,16 @@
 package suite
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/onsi/gomega/types"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -30,18 +33,25 @@ func TestKnownDefectVerdicts(t *testing.T) {
 		{"unknown ref", "X-2", errors.New("x"), "no such defect in the catalog", ""},
 		{"harness error", "X-1", Harness(errors.New("setup timed out")), "not the defect", ""},
 	}
+	t.Run("no catalog", func(t *testing.T) {
+		p := &probeTB{}
+		knownDefect(p, nil, "MG-NOPE", func() error { return errors.New("x") })
+		if len(p.fatals) != 1 || !strings.Contains(p.fatals[0], "Options.Pins is not set") {
+			t.Fatalf("fatals = %q: a pin checked against no catalog must fail", p.fatals)
+		}
+	})
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p := &ProbeTB{}
-			KnownDefect(p, cat, tc.ref, func() error { return tc.err })
+			p := &probeTB{}
+			knownDefect(p, cat, tc.ref, func() error { return tc.err })
 			if tc.wantFatal != "" {
-				if len(p.Fatals) != 1 || !strings.Contains(p.Fatals[0], tc.wantFatal) {
-					t.Fatalf("fatals = %q, want one containing %q", p.Fatals, tc.wantFatal)
+				if len(p.fatals) != 1 || !strings.Contains(p.fatals[0], tc.wantFatal) {
+					t.Fatalf("fatals = %q, want one containing %q", p.fatals, tc.wantFatal)
 				}
 				return
 			}
-			if p.Failed() || len(p.Reports) != 1 || !strings.Contains(p.Reports[0], tc.wantLog) {
-				t.Fatalf("failed=%v reports=%q, want a passing pin reporting %q", p.Failed(), p.Reports, tc.wantLog)
+			if p.Failed() || len(p.reports) != 1 || !strings.Contains(p.reports[0], tc.wantLog) {
+				t.Fatalf("failed=%v reports=%q, want a passing pin reporting %q", p.Failed(), p.reports, tc.wantLog)
 			}
 		})
 	}
@@ -49,22 +59,18 @@ func TestKnownDefectVerdicts(t *testing.T) {
 
 func TestGateNests(t *testing.T) {
 	g := newGate()
-	if g.Admitted("a") || g.Admitted("") {
+	if g.admitted("a") || g.admitted("") {
 		t.Fatal("a fresh gate admits nothing")
 	}
-	g.Admit("a")
-	g.Admit("a")
-	g.Close("a")
-	if !g.Admitted("a") {
-		t.Fatal("one Close undid two Admits")
+	g.admit("a")
+	g.admit("a")
+	g.close("a")
+	if !g.admitted("a") {
+		t.Fatal("one close undid two admits")
 	}
-	g.Close("a")
-	if g.Admitted("a") {
+	g.close("a")
+	if g.admitted("a") {
 		t.Fatal("a closed namespace is still admitted")
-	}
-	g.AdmitClusterScoped()
-	if !g.Admitted("") {
-		t.Fatal("cluster-scoped requests refused after AdmitClusterScoped")
 	}
 }
 
@@ -135,15 +141,34 @@ func TestOwnershipPaths(t *testing.T) {
 	if got := o.Owners("status.conditions[type=Available]"); len(got) != 1 || got[0] != "a" {
 		t.Fatalf("Available owners = %v", got)
 	}
-	if shared := o.SharedFields(); len(shared["status.podRoles.p-0"]) != 2 {
-		t.Fatalf("shared = %v, want status.podRoles.p-0 co-owned", shared)
+	p.Name, p.Namespace = "p", "ns"
+	for _, tc := range []struct {
+		m    types.GomegaMatcher
+		want string
+	}{
+		{HaveSingleFieldOwners(), "status.podRoles.p-0 is owned by a, mini-multigres"},
+		{HaveFieldManagersWithin("a"), "mini-multigres (undeclared) owns status.podRoles.p-0"},
+	} {
+		if ok, err := tc.m.Match(p); ok || err != nil {
+			t.Fatalf("%T matched a pod with a co-owned field (err %v)", tc.m, err)
+		}
+		if msg := tc.m.FailureMessage(p); !strings.Contains(msg, tc.want) || !strings.Contains(msg, "ns/p") {
+			t.Fatalf("failure message %q does not name %q and the object", msg, tc.want)
+		}
 	}
-	if err := RequireDeclaredManagers(p, "a"); err == nil || !strings.Contains(err.Error(), "mini-multigres owns status.podRoles.p-0") {
-		t.Fatalf("RequireDeclaredManagers = %v", err)
+	if ok, err := HaveFieldManagersWithin("a", "mini-multigres").Match(p); !ok || err != nil {
+		t.Fatalf("declared managers refused (err %v)", err)
+	}
+	p.ManagedFields = p.ManagedFields[:1]
+	if ok, err := HaveSingleFieldOwners().Match(p); !ok || err != nil {
+		t.Fatalf("single owners refused (err %v)", err)
+	}
+	if _, err := HaveSingleFieldOwners().Match("not an object"); err == nil {
+		t.Fatal("a matcher given no object must say so")
 	}
 }
 
-// fakeAssets returns a directory holding empty kube-apiserver and etcd files: enough for AssetsDir, for tests
+// fakeAssets returns a directory holding empty kube-apiserver and etcd files: enough for the assets check, for tests
 // that must fail before anything starts.
 func fakeAssets(t *testing.T) string {
 	dir := t.TempDir()
@@ -177,4 +202,38 @@ func TestOperatorTimelineUndoesCompression(t *testing.T) {
 	if n := PassesWithin(ps, 10*time.Second); n != 1 {
 		t.Fatalf("PassesWithin(10s) = %d, want 1", n)
 	}
+}
+
+// probeTB is a TB that records verdicts instead of failing: for testing the harness's own verdicts (a pin
+// both ways, quiescence both ways) without failing the surrounding test. Fatalf and Errorf mark it failed
+// and keep the message; Cleanup functions run on runCleanups.
+type probeTB struct {
+	name                          string
+	fatals, errors, logs, reports []string
+	cleanups                      []func()
+}
+
+func (p *probeTB) Context() context.Context { return context.Background() }
+func (p *probeTB) Helper()                  {}
+func (p *probeTB) Name() string             { return p.name }
+func (p *probeTB) Cleanup(f func())         { p.cleanups = append(p.cleanups, f) }
+func (p *probeTB) Logf(format string, args ...any) {
+	p.logs = append(p.logs, fmt.Sprintf(format, args...))
+}
+func (p *probeTB) Errorf(format string, args ...any) {
+	p.errors = append(p.errors, fmt.Sprintf(format, args...))
+}
+func (p *probeTB) Fatalf(format string, args ...any) {
+	p.fatals = append(p.fatals, fmt.Sprintf(format, args...))
+}
+func (p *probeTB) Failed() bool { return len(p.fatals)+len(p.errors) > 0 }
+func (p *probeTB) AddReportEntryVisibilityAlways(name string, args ...any) {
+	p.reports = append(p.reports, name+": "+fmt.Sprint(args...))
+}
+
+func (p *probeTB) runCleanups() {
+	for i := len(p.cleanups) - 1; i >= 0; i-- {
+		p.cleanups[i]()
+	}
+	p.cleanups = nil
 }

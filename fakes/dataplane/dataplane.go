@@ -2,8 +2,8 @@
 // (pod phase, container statuses, readiness, in-place restarts, crash loops, held client connections) and the
 // owner-reference garbage collector (background and foreground deletion).
 //
-// It knows no operator. Wire it into a manager with New(opts).SetupWithManager(mgr), or give each controller
-// its own client and reconciler wrapper with SetupWithManagerWrapped. Both controllers act on every namespace.
+// It knows no operator. Wire it into a manager with New(opts).SetupWithManager(mgr); under ensemble, Manager
+// gives the suite.ManagerOptions that do so. Both controllers act on every namespace.
 //
 // Everything is event-driven (controller-runtime informers); timers (RequeueAfter) are used only for the
 // configured delays, and every timer is re-checked against the clock on wake-up, so a harness that shortens
@@ -19,7 +19,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
 // Controller names, as given to the controller builder's Named and used by the harness to wire a client and a
@@ -116,46 +115,14 @@ func New(opts Options) *DataPlane {
 	}
 }
 
-// Controller is one controller of the DataPlane, as a harness wires it: its name, its reconciler, and a setup
-// that registers it with a manager around a (possibly wrapped) reconciler.
-type Controller interface {
-	reconcile.Reconciler
-	// Name returns the controller name given to the builder ("dataplane-kubelet", "dataplane-gc").
-	Name() string
-	// SetClient sets the client the controller uses for reads and writes (before setup).
-	SetClient(c client.Client)
-	// SetupWithManagerReconciler registers the controller with mgr, calling rec for each request.
-	SetupWithManagerReconciler(mgr ctrl.Manager, rec reconcile.Reconciler) error
-}
-
-// Controllers returns the kubelet and the garbage collector, in that order.
-func (d *DataPlane) Controllers() []Controller {
-	return []Controller{d.Kubelet, d.GC}
-}
-
-// SetupWithManager registers both controllers with mgr, each with mgr.GetClient() unless its Client is already
-// set, and each calling itself as reconciler.
+// SetupWithManager registers both controllers with mgr, each with mgr.GetClient() unless its Client is
+// already set.
 func (d *DataPlane) SetupWithManager(mgr ctrl.Manager) error {
-	return d.SetupWithManagerWrapped(mgr, nil, nil)
-}
-
-// SetupWithManagerWrapped registers both controllers with mgr. clientFor, when not nil, gives the client of the
-// named controller (it overrides a Client set on the struct); wrap, when not nil, wraps the named controller's
-// reconciler (for example a harness's gate and pass counter). A nil function leaves that part as in
-// SetupWithManager.
-func (d *DataPlane) SetupWithManagerWrapped(mgr ctrl.Manager, clientFor func(name string) client.Client,
-	wrap func(name string, r reconcile.Reconciler) reconcile.Reconciler) error {
-	for _, c := range d.Controllers() {
-		if clientFor != nil {
-			c.SetClient(clientFor(c.Name()))
-		}
-		var rec reconcile.Reconciler = c
-		if wrap != nil {
-			rec = wrap(c.Name(), c)
-		}
-		if err := c.SetupWithManagerReconciler(mgr, rec); err != nil {
-			return fmt.Errorf("dataplane: set up %s: %w", c.Name(), err)
-		}
+	if err := d.Kubelet.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("dataplane: set up %s: %w", KubeletControllerName, err)
+	}
+	if err := d.GC.SetupWithManager(mgr); err != nil {
+		return fmt.Errorf("dataplane: set up %s: %w", GCControllerName, err)
 	}
 	return nil
 }

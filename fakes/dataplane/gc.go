@@ -68,22 +68,11 @@ type gcKind struct {
 	namespaced bool
 }
 
-// Name returns "dataplane-gc".
-func (g *GCReconciler) Name() string { return GCControllerName }
-
-// SetClient sets Client (call before setup).
-func (g *GCReconciler) SetClient(c client.Client) { g.Client = c }
-
-// SetupWithManager registers the controller with mgr, reconciling with g itself.
-func (g *GCReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return g.SetupWithManagerReconciler(mgr, g)
-}
-
-// SetupWithManagerReconciler registers the controller "dataplane-gc" with mgr: a metadata-only watch per
+// SetupWithManager registers the controller "dataplane-gc" with mgr: a metadata-only watch per
 // GCKinds kind (creations, deletions, and updates that change ownerReferences, finalizers or the deletion
-// timestamp) mapped to namespace passes, calling rec for each request (rec normally wraps g). It fails when a
+// timestamp) mapped to namespace passes. It fails when a
 // kind is not in mgr's scheme or not served by the API server.
-func (g *GCReconciler) SetupWithManagerReconciler(mgr ctrl.Manager, rec reconcile.Reconciler) error {
+func (g *GCReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if g.Client == nil {
 		g.Client = mgr.GetClient()
 	}
@@ -113,7 +102,7 @@ func (g *GCReconciler) SetupWithManagerReconciler(mgr ctrl.Manager, rec reconcil
 	g.mu.Lock()
 	g.kinds = kinds
 	g.mu.Unlock()
-	return b.Complete(rec)
+	return b.Complete(g)
 }
 
 func gcPredicate() predicate.Predicate {

@@ -88,20 +88,9 @@ func newKubelet(opts Options, l *writeLog) *KubeletReconciler {
 	}
 }
 
-// Name returns "dataplane-kubelet".
-func (k *KubeletReconciler) Name() string { return KubeletControllerName }
-
-// SetClient sets Client (call before setup).
-func (k *KubeletReconciler) SetClient(c client.Client) { k.Client = c }
-
-// SetupWithManager registers the controller with mgr, reconciling with k itself.
+// SetupWithManager registers the controller "dataplane-kubelet" with mgr: it watches every Pod and
+// the kubelet's own trigger (CrashLoop).
 func (k *KubeletReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return k.SetupWithManagerReconciler(mgr, k)
-}
-
-// SetupWithManagerReconciler registers the controller "dataplane-kubelet" with mgr: it watches every Pod and
-// the kubelet's own trigger (CrashLoop), and calls rec for each request (rec normally wraps k).
-func (k *KubeletReconciler) SetupWithManagerReconciler(mgr ctrl.Manager, rec reconcile.Reconciler) error {
 	if k.Client == nil {
 		k.Client = mgr.GetClient()
 	}
@@ -109,7 +98,7 @@ func (k *KubeletReconciler) SetupWithManagerReconciler(mgr ctrl.Manager, rec rec
 		Named(KubeletControllerName).
 		For(&corev1.Pod{}).
 		WatchesRawSource(&k.trigger).
-		Complete(rec)
+		Complete(k)
 }
 
 // RestartCount returns the restart count of the pod namespace/name's current incarnation (0 if unseen or gone).

@@ -53,21 +53,10 @@ type CNSimReconciler struct {
 	seen map[types.NamespacedName]time.Time // first seen Running
 }
 
-// Name returns "hakeeper-cn".
-func (s *CNSimReconciler) Name() string { return ControllerName }
-
-// SetClient sets Client (call before setup).
-func (s *CNSimReconciler) SetClient(c client.Client) { s.Client = c }
-
-// SetupWithManager registers the controller with mgr, reconciling with s itself.
-func (s *CNSimReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return s.SetupWithManagerReconciler(mgr, s)
-}
-
-// SetupWithManagerReconciler registers the controller "hakeeper-cn" with mgr: it watches CN pods and the
-// simulator's own trigger and calls rec for each request (rec normally wraps s). It also hands Client to
+// SetupWithManager registers the controller "hakeeper-cn" with mgr: it watches CN pods and the
+// simulator's own trigger. It also hands Client to
 // the Registry for its LogSet reads.
-func (s *CNSimReconciler) SetupWithManagerReconciler(mgr ctrl.Manager, rec reconcile.Reconciler) error {
+func (s *CNSimReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if s.Client == nil {
 		s.Client = mgr.GetClient()
 	}
@@ -78,28 +67,11 @@ func (s *CNSimReconciler) SetupWithManagerReconciler(mgr ctrl.Manager, rec recon
 			return o.GetLabels()[LabelComponent] == ComponentCN
 		}))).
 		WatchesRawSource(&s.trigger).
-		Complete(rec)
+		Complete(s)
 }
 
 // SetupWithManager registers the simulator's controller with mgr (Sim.Client defaults to mgr.GetClient()).
 func (r *Registry) SetupWithManager(mgr ctrl.Manager) error { return r.Sim.SetupWithManager(mgr) }
-
-// SetupWithManagerWrapped registers the simulator with mgr; clientFor, when not nil, gives its client by
-// controller name, and wrap, when not nil, wraps its reconciler (as dataplane.DataPlane.SetupWithManagerWrapped).
-func (r *Registry) SetupWithManagerWrapped(mgr ctrl.Manager, clientFor func(name string) client.Client,
-	wrap func(name string, rec reconcile.Reconciler) reconcile.Reconciler) error {
-	if clientFor != nil {
-		r.Sim.SetClient(clientFor(ControllerName))
-	}
-	var rec reconcile.Reconciler = r.Sim
-	if wrap != nil {
-		rec = wrap(ControllerName, r.Sim)
-	}
-	if err := r.Sim.SetupWithManagerReconciler(mgr, rec); err != nil {
-		return fmt.Errorf("hakeeper: set up %s: %w", ControllerName, err)
-	}
-	return nil
-}
 
 // Reconcile runs one CN process step for one pod: register its store when due (see CNSimReconciler).
 func (s *CNSimReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,11 +22,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ensembletest/ensemble/fakes/dataplane"
 	fakehk "github.com/ensembletest/ensemble/fakes/hakeeper"
 	"github.com/ensembletest/ensemble/internal/controlplane"
+	"github.com/ensembletest/ensemble/internal/passcount"
 	mov1 "github.com/ensembletest/ensemble/operators/matrixone/api/v1alpha1"
 	hk "github.com/ensembletest/ensemble/operators/matrixone/hakeeper"
 )
@@ -71,9 +70,9 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-// start creates a namespace and runs a manager scoped to it with the data plane and reg's simulator (its
-// reconciler wrapped, to prove SetupWithManagerWrapped wires the seam).
-func start(t *testing.T, reg *fakehk.Registry) (context.Context, string, *atomic.Int64) {
+// start creates a namespace and runs a manager scoped to it with the data plane and reg's simulator, and
+// returns the simulator's pass counter.
+func start(t *testing.T, reg *fakehk.Registry) (context.Context, string, *passcount.Counter) {
 	t.Helper()
 	if restCfg == nil {
 		t.Skip("-short")
@@ -83,11 +82,13 @@ func start(t *testing.T, reg *fakehk.Registry) (context.Context, string, *atomic
 	if err := k8s.Create(ctx, ns); err != nil {
 		t.Fatal(err)
 	}
+	count := &passcount.Counter{}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:     scheme,
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Cache:      cache.Options{DefaultNamespaces: map[string]cache.Config{ns.Name: {}}},
 		Controller: config.Controller{SkipNameValidation: new(true)},
+		Logger:     count.Logger(),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -95,23 +96,8 @@ func start(t *testing.T, reg *fakehk.Registry) (context.Context, string, *atomic
 	if err := dataplane.New(dataplane.Options{}).SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
 	}
-	count := &atomic.Int64{}
-	var wrapped []string
-	err = reg.SetupWithManagerWrapped(mgr, func(name string) client.Client {
-		wrapped = append(wrapped, "client:"+name)
-		return mgr.GetClient()
-	}, func(name string, r reconcile.Reconciler) reconcile.Reconciler {
-		wrapped = append(wrapped, "wrap:"+name)
-		return reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-			count.Add(1)
-			return r.Reconcile(ctx, req)
-		})
-	})
-	if err != nil {
+	if err := reg.SetupWithManager(mgr); err != nil {
 		t.Fatal(err)
-	}
-	if len(wrapped) != 2 || wrapped[0] != "client:"+fakehk.ControllerName || wrapped[1] != "wrap:"+fakehk.ControllerName {
-		t.Fatalf("SetupWithManagerWrapped called %v", wrapped)
 	}
 	done := make(chan struct{})
 	go func() { defer close(done); _ = mgr.Start(ctx) }()
@@ -161,7 +147,7 @@ func TestSimRegistersOnceLogSetReadyAndPodRuns(t *testing.T) {
 		p := &corev1.Pod{}
 		g.Expect(k8s.Get(ctx, types.NamespacedName{Namespace: ns, Name: "cn-1"}, p)).To(Succeed())
 		g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning))
-		g.Expect(count.Load()).To(BeNumerically(">=", 3))
+		g.Expect(count.Get(fakehk.ControllerName, "cn-1")).To(BeNumerically(">=", 3))
 	}).WithTimeout(10 * time.Second).Should(Succeed())
 	g.Expect(reg.HasInstance(ns, "mo")).To(BeFalse())
 	_, err := reg.Instance(ctx, ns, "mo")

@@ -460,20 +460,6 @@ func (s *Store) Log(namespace string) []Entry {
 // SetupWithManager registers the simulator's controller with mgr (Sim.Client defaults to mgr.GetClient()).
 func (s *Store) SetupWithManager(mgr ctrl.Manager) error { return s.Sim.SetupWithManager(mgr) }
 
-// SetupWithManagerWrapped registers the simulator with mgr; clientFor, when not nil, gives its client by
-// controller name, and wrap, when not nil, wraps its reconciler (as dataplane.DataPlane.SetupWithManagerWrapped).
-func (s *Store) SetupWithManagerWrapped(mgr ctrl.Manager, clientFor func(name string) client.Client,
-	wrap func(name string, r reconcile.Reconciler) reconcile.Reconciler) error {
-	if clientFor != nil {
-		s.Sim.Client = clientFor(ControllerName)
-	}
-	var rec reconcile.Reconciler = s.Sim
-	if wrap != nil {
-		rec = wrap(ControllerName, s.Sim)
-	}
-	return s.Sim.SetupWithManagerReconciler(mgr, rec)
-}
-
 func (s *Store) shardRequestsLocked(ns string, sp *space) []reconcile.Request {
 	seen := map[topo.ShardKey]bool{}
 	var reqs []reconcile.Request
@@ -546,22 +532,10 @@ type SimReconciler struct {
 	trigger trigger.Source
 }
 
-// SetClient sets Client (call before setup).
-func (r *SimReconciler) SetClient(c client.Client) { r.Client = c }
-
-// Name returns "pooler-sim".
-func (r *SimReconciler) Name() string { return ControllerName }
-
-// SetupWithManager registers the controller with mgr, reconciling with r itself.
-func (r *SimReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return r.SetupWithManagerReconciler(mgr, r)
-}
-
-// SetupWithManagerReconciler registers the controller "pooler-sim" with mgr: it watches every Pod carrying
+// SetupWithManager registers the controller "pooler-sim" with mgr: it watches every Pod carrying
 // the component label shard-pool or multiorch and the database, tablegroup and shard labels (mapped to its
-// shard's request), plus the Store's own trigger (Release, FreezeElections off, SetLifecycle), and calls rec
-// for each request (rec normally wraps r).
-func (r *SimReconciler) SetupWithManagerReconciler(mgr ctrl.Manager, rec reconcile.Reconciler) error {
+// shard's request), plus the Store's own trigger (Release, FreezeElections off, SetLifecycle).
+func (r *SimReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
 	}
@@ -569,7 +543,7 @@ func (r *SimReconciler) SetupWithManagerReconciler(mgr ctrl.Manager, rec reconci
 		Named(ControllerName).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(podToShard)).
 		WatchesRawSource(&r.trigger).
-		Complete(rec)
+		Complete(r)
 }
 
 func podToShard(_ context.Context, o client.Object) []reconcile.Request {

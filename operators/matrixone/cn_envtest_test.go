@@ -18,10 +18,10 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ensembletest/ensemble/fakes/dataplane"
 	fakehk "github.com/ensembletest/ensemble/fakes/hakeeper"
+	"github.com/ensembletest/ensemble/internal/passcount"
 	"github.com/ensembletest/ensemble/operators/matrixone"
 	mov1 "github.com/ensembletest/ensemble/operators/matrixone/api/v1alpha1"
 	"github.com/ensembletest/ensemble/operators/matrixone/hakeeper"
@@ -38,36 +38,12 @@ const (
 	cnTimeout    = 20 * time.Second
 )
 
-// cnPasses counts reconcile passes per controller and request name.
-type cnPasses struct {
-	mu sync.Mutex
-	n  map[string]int
-}
-
-func (p *cnPasses) wrap(controller string, r reconcile.Reconciler) reconcile.Reconciler {
-	return reconcile.Func(func(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
-		p.mu.Lock()
-		if p.n == nil {
-			p.n = map[string]int{}
-		}
-		p.n[controller+"/"+req.Name]++
-		p.mu.Unlock()
-		return r.Reconcile(ctx, req)
-	})
-}
-
-func (p *cnPasses) get(controller, name string) int {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.n[controller+"/"+name]
-}
-
 // cnEnv is one test's namespace with the four CN controllers, the data plane and the HAKeeper fake.
 type cnEnv struct {
 	ctx    context.Context
 	ns     string
 	reg    *fakehk.Registry
-	passes *cnPasses
+	passes *passcount.Counter
 	opts   matrixone.Options
 }
 
@@ -78,7 +54,7 @@ func startCN(t *testing.T, opts matrixone.Options, hkOpts fakehk.Options) *cnEnv
 	t.Helper()
 	requireEnvtest(t)
 	e := &cnEnv{ctx: context.Background(), ns: newNamespace(t, "cn-"), reg: fakehk.New(hkOpts),
-		passes: &cnPasses{}, opts: opts.Scaled(0.01)}
+		passes: &passcount.Counter{}, opts: opts.Scaled(0.01)}
 	ls := &mov1.LogSet{ObjectMeta: metav1.ObjectMeta{Namespace: e.ns, Name: cnLogSetName},
 		Spec: mov1.LogSetSpec{PodSetSpec: mov1.PodSetSpec{Replicas: 1}}}
 	if err := envClient.Create(e.ctx, ls); err != nil {
@@ -90,7 +66,7 @@ func startCN(t *testing.T, opts matrixone.Options, hkOpts fakehk.Options) *cnEnv
 	if err := envClient.Status().Update(e.ctx, ls); err != nil {
 		t.Fatal(err)
 	}
-	runManager(t, ctrl.Options{Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{e.ns: {}}}},
+	runManager(t, ctrl.Options{Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{e.ns: {}}}, Logger: e.passes.Logger()},
 		func(mgr ctrl.Manager) error {
 			if err := dataplane.New(dataplane.Options{}).SetupWithManager(mgr); err != nil {
 				return err
@@ -99,16 +75,13 @@ func startCN(t *testing.T, opts matrixone.Options, hkOpts fakehk.Options) *cnEnv
 				return err
 			}
 			stores := matrixone.NewStoreCache(e.opts)
-			for name, r := range map[string]interface {
-				reconcile.Reconciler
-				SetupWithManagerReconciler(ctrl.Manager, reconcile.Reconciler) error
-			}{
-				matrixone.CNPoolControllerName:     &matrixone.CNPoolReconciler{Options: e.opts, HAKeeper: e.reg},
-				matrixone.CNClaimControllerName:    &matrixone.CNClaimReconciler{Options: e.opts, HAKeeper: e.reg, Stores: stores},
-				matrixone.CNClaimSetControllerName: &matrixone.CNClaimSetReconciler{Options: e.opts},
-				matrixone.CNStoreControllerName:    &matrixone.CNStoreReconciler{Options: e.opts, HAKeeper: e.reg, Stores: stores},
+			for _, r := range []interface{ SetupWithManager(ctrl.Manager) error }{
+				&matrixone.CNPoolReconciler{Options: e.opts, HAKeeper: e.reg},
+				&matrixone.CNClaimReconciler{Options: e.opts, HAKeeper: e.reg, Stores: stores},
+				&matrixone.CNClaimSetReconciler{Options: e.opts},
+				&matrixone.CNStoreReconciler{Options: e.opts, HAKeeper: e.reg, Stores: stores},
 			} {
-				if err := r.SetupWithManagerReconciler(mgr, e.passes.wrap(name, r)); err != nil {
+				if err := r.SetupWithManager(mgr); err != nil {
 					return err
 				}
 			}
@@ -270,7 +243,7 @@ func (e *cnEnv) dump() string {
 	for _, c := range claims.Items {
 		fmt.Fprintf(&b, "claim %s gen=%d rv=%s spec.podName=%q source=%v status=%+v passes=%d\n", c.Name, c.Generation,
 			c.ResourceVersion, c.Spec.PodName, c.Spec.SourcePod, c.Status,
-			e.passes.get(matrixone.CNClaimControllerName, c.Name))
+			e.passes.Get(matrixone.CNClaimControllerName, c.Name))
 	}
 	pods := &corev1.PodList{}
 	_ = envClient.List(e.ctx, pods, client.InNamespace(e.ns))
@@ -534,13 +507,13 @@ func TestCNMigrationStorm(t *testing.T) {
 			g.Eventually(func(g Gomega) {
 				g.Expect(e.claim(g, "a").Status.Migrate).NotTo(BeNil())
 			}).WithTimeout(cnTimeout).WithPolling(time.Millisecond).Should(Succeed(), e.dump)
-			start, n0 := time.Now(), e.passes.get(matrixone.CNClaimControllerName, "a")
+			start, n0 := time.Now(), e.passes.Get(matrixone.CNClaimControllerName, "a")
 			g.Eventually(func(g Gomega) {
 				c := e.claim(g, "a")
 				g.Expect(c.Spec.SourcePod).To(BeNil())
 				g.Expect(c.Status.Migrate).To(BeNil())
 			}).WithTimeout(cnTimeout).WithPolling(time.Millisecond).Should(Succeed())
-			elapsed, n := time.Since(start), e.passes.get(matrixone.CNClaimControllerName, "a")-n0
+			elapsed, n := time.Since(start), e.passes.Get(matrixone.CNClaimControllerName, "a")-n0
 			rates[live] = float64(n) / elapsed.Seconds()
 			perRequeue := float64(n) / (float64(elapsed) / float64(e.opts.MigrateRequeue))
 			t.Logf("%d passes in %v: %.1f/s, %.2f per MigrateRequeue (operator time)", n, elapsed, rates[live], perRequeue)
@@ -606,14 +579,14 @@ func TestCNClaimFinalizeStuck(t *testing.T) {
 				g.Eventually(func(g Gomega) {
 					a := e.claim(g, "a")
 					g.Expect(a.DeletionTimestamp).NotTo(BeNil())
-					before = e.passes.get(matrixone.CNClaimControllerName, "a")
+					before = e.passes.Get(matrixone.CNClaimControllerName, "a")
 				}).WithTimeout(cnTimeout).Should(Succeed())
 				g.Consistently(func(g Gomega) {
 					a := e.claim(g, "a")
 					g.Expect(a.Finalizers).To(ContainElement(matrixone.FinalizerPrefix + matrixone.CNClaimControllerName))
 					g.Expect(e.pod(g, pa).Labels).To(HaveKeyWithValue(matrixone.LabelClaimedBy, "a"))
 				}).WithTimeout(20 * e.opts.FinalizeRequeue).WithPolling(10 * time.Millisecond).Should(Succeed())
-				g.Expect(e.passes.get(matrixone.CNClaimControllerName, "a")-before).To(BeNumerically(">=", 5),
+				g.Expect(e.passes.Get(matrixone.CNClaimControllerName, "a")-before).To(BeNumerically(">=", 5),
 					"Finalize retries every FinalizeRequeue")
 				return
 			}

@@ -23,7 +23,7 @@ import (
 )
 
 // The reconcile framework of the CN controllers (CNPool, CNClaim, CNClaimSet), as in the real operator
-// (REFERENCE-OPERATORS.md §1 "Reconcile framework behaviour"):
+// (docs/architecture.md §7 Reconcile framework):
 //
 //  1. fetch; being deleted: Finalize; not done -> requeue FinalizeRequeue (forever); done -> drop the
 //     finalizer matrixorigin.io/<controller-name>;

@@ -32,7 +32,7 @@ import (
 const ClaimPodNameIndex = "spec.podName"
 
 // CNClaimReconciler reconciles CNClaims (controller "matrixone-cnclaim", finalizer
-// matrixorigin.io/matrixone-cnclaim), REFERENCE-OPERATORS.md §1 "CNClaim":
+// matrixorigin.io/matrixone-cnclaim), docs/architecture.md §7 CNClaim:
 //
 //   - Bind (spec.podName empty): phase Pending; an orphan (a pod Bound with claimed-by = the claim) first,
 //     else selectCN (CNSelectOrder); ensureOwnership labels the pod with an optimistic-lock Update (a
@@ -55,7 +55,7 @@ const ClaimPodNameIndex = "spec.podName"
 // switch point carries a comment naming the incident.
 type CNClaimReconciler struct {
 	// Client is used for every read and write; nil means mgr.GetClient() at setup. It must read from the
-	// manager's cache (a wrapper around mgr.GetClient() does): the pod watch lists claims through the
+	// manager's cache, as mgr.GetClient() does: the pod watch lists claims through the
 	// ClaimPodNameIndex field index.
 	Client client.Client
 	// Options are the defect switches and durations; zero durations mean their defaults.
@@ -69,17 +69,12 @@ type CNClaimReconciler struct {
 	once sync.Once
 }
 
-// SetupWithManager registers the controller with mgr, reconciling with r itself.
-func (r *CNClaimReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return r.SetupWithManagerReconciler(mgr, r)
-}
-
-// SetupWithManagerReconciler registers the controller "matrixone-cnclaim" with mgr and the field index
+// SetupWithManager registers the controller "matrixone-cnclaim" with mgr and the field index
 // ClaimPodNameIndex. Watches: For(CNClaim) with the default filter (MO-MIGRATION-STORM fixed) or
 // "resourceVersion changed" (live); pods (component=CNSet) on status changes, creates and deletes, mapped to
 // the claim their claimed-by label names and, with MO-CLAIM-BOUND-TO-MISSING-POD fixed, to the claims whose
-// spec.podName names them. Requests go to rec (r, or a wrapper around r).
-func (r *CNClaimReconciler) SetupWithManagerReconciler(mgr ctrl.Manager, rec reconcile.Reconciler) error {
+// spec.podName names them.
+func (r *CNClaimReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
 	}
@@ -112,7 +107,7 @@ func (r *CNClaimReconciler) SetupWithManagerReconciler(mgr ctrl.Manager, rec rec
 		For(&mov1.CNClaim{}, builder.WithPredicates(forFilter)).
 		Watches(&corev1.Pod{}, handler.EnqueueRequestsFromMapFunc(r.podToClaims), builder.WithPredicates(podFilter)).
 		Named(CNClaimControllerName).
-		Complete(rec)
+		Complete(r)
 }
 
 // podToClaims maps a pod to the claim its claimed-by label names; with MO-CLAIM-BOUND-TO-MISSING-POD fixed

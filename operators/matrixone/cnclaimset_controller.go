@@ -16,13 +16,12 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	mov1 "github.com/ensembletest/ensemble/operators/matrixone/api/v1alpha1"
 )
 
 // CNClaimSetReconciler reconciles CNClaimSets (controller "matrixone-cnclaimset", finalizer
-// matrixorigin.io/matrixone-cnclaimset), REFERENCE-OPERATORS.md §1 "CNClaimSet":
+// matrixorigin.io/matrixone-cnclaimset), docs/architecture.md §7 CNClaimSet:
 //
 //  1. list the claims the set selects (spec.selector, else matrixorigin.io/claimset=<set>); split them into
 //     owned and lost (phase Lost, no claim.matrixorigin.io/instance-id label, or being deleted);
@@ -43,14 +42,9 @@ type CNClaimSetReconciler struct {
 	Options Options
 }
 
-// SetupWithManager registers the controller with mgr, reconciling with r itself.
+// SetupWithManager registers the controller "matrixone-cnclaimset" with mgr: For(CNClaimSet) with
+// the default filter, Owns(CNClaim).
 func (r *CNClaimSetReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return r.SetupWithManagerReconciler(mgr, r)
-}
-
-// SetupWithManagerReconciler registers the controller "matrixone-cnclaimset" with mgr: For(CNClaimSet) with
-// the default filter, Owns(CNClaim); requests go to rec (r, or a wrapper around r).
-func (r *CNClaimSetReconciler) SetupWithManagerReconciler(mgr ctrl.Manager, rec reconcile.Reconciler) error {
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
 	}
@@ -61,7 +55,7 @@ func (r *CNClaimSetReconciler) SetupWithManagerReconciler(mgr ctrl.Manager, rec 
 		For(&mov1.CNClaimSet{}, builder.WithPredicates(cnDefaultFilter())).
 		Owns(&mov1.CNClaim{}).
 		Named(CNClaimSetControllerName).
-		Complete(rec)
+		Complete(r)
 }
 
 // Reconcile runs one pass of the framework over one CNClaimSet.

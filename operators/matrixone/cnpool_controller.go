@@ -28,7 +28,7 @@ import (
 const CNDefaultImage = "matrixorigin/matrixone:latest"
 
 // CNPoolReconciler reconciles CNPools (controller "matrixone-cnpool", finalizer
-// matrixorigin.io/matrixone-cnpool). Each pass (REFERENCE-OPERATORS.md §1 "CNPool"):
+// matrixorigin.io/matrixone-cnpool). Each pass (docs/architecture.md §7 CNPool):
 //
 //  1. wait (resync PodSetResync) until the pool's LogSet has a HAKeeper instance (is Ready);
 //  2. split the live pool pods (label pool.matrixorigin.io/pool-name=<pool>): Bound or Draining are in use,
@@ -53,15 +53,9 @@ type CNPoolReconciler struct {
 	HAKeeper hakeeper.Registry
 }
 
-// SetupWithManager registers the controller with mgr, reconciling with r itself.
+// SetupWithManager registers the controller "matrixone-cnpool" with mgr: For(CNPool) with the
+// framework's default filter, pods mapped by their pool-name label, claims by spec.poolName.
 func (r *CNPoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return r.SetupWithManagerReconciler(mgr, r)
-}
-
-// SetupWithManagerReconciler registers the controller "matrixone-cnpool" with mgr: For(CNPool) with the
-// framework's default filter, pods mapped by their pool-name label, claims by spec.poolName; requests go to
-// rec (r, or a wrapper around r).
-func (r *CNPoolReconciler) SetupWithManagerReconciler(mgr ctrl.Manager, rec reconcile.Reconciler) error {
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
 	}
@@ -83,7 +77,7 @@ func (r *CNPoolReconciler) SetupWithManagerReconciler(mgr ctrl.Manager, rec reco
 			predicate.Or[client.Object](predicate.LabelChangedPredicate{}, cnDeletionStarted(), cnCreateDelete()))).
 		Watches(&mov1.CNClaim{}, claimToPool).
 		Named(CNPoolControllerName).
-		Complete(rec)
+		Complete(r)
 }
 
 // cnCreateDelete passes creates and deletes only.

@@ -19,7 +19,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	mov1 "github.com/ensembletest/ensemble/operators/matrixone/api/v1alpha1"
 	"github.com/ensembletest/ensemble/operators/matrixone/hakeeper"
@@ -37,7 +36,7 @@ type CNScore struct {
 }
 
 // CNStoreReconciler is the pod controller of CN pods (controller "matrixone-cnstore"; pods labelled
-// matrixorigin.io/component=CNSet), REFERENCE-OPERATORS.md §1 "CNStore". Its finalizer is the pod's
+// matrixorigin.io/component=CNSet), docs/architecture.md §7 CNStore. Its finalizer is the pod's
 // matrixorigin.io/cn-draining (CNPoolPod puts it on at creation).
 //
 //   - Pod being deleted: PatchCNStore(Draining), wait (requeue DrainRequeue) until the store's sessions reach
@@ -67,14 +66,9 @@ type CNStoreReconciler struct {
 	once sync.Once
 }
 
-// SetupWithManager registers the controller with mgr, reconciling with r itself.
+// SetupWithManager registers the controller "matrixone-cnstore" with mgr: For(Pod) filtered to
+// CN pods.
 func (r *CNStoreReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return r.SetupWithManagerReconciler(mgr, r)
-}
-
-// SetupWithManagerReconciler registers the controller "matrixone-cnstore" with mgr: For(Pod) filtered to
-// CN pods; requests go to rec (r, or a wrapper around r).
-func (r *CNStoreReconciler) SetupWithManagerReconciler(mgr ctrl.Manager, rec reconcile.Reconciler) error {
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
 	}
@@ -92,7 +86,7 @@ func (r *CNStoreReconciler) SetupWithManagerReconciler(mgr ctrl.Manager, rec rec
 			predicate.Or[client.Object](predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{},
 				own, cnDeletionStarted()))).
 		Named(CNStoreControllerName).
-		Complete(rec)
+		Complete(r)
 }
 
 func (r *CNStoreReconciler) stores() *StoreCache {

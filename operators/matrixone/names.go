@@ -20,7 +20,7 @@ const FieldOwner = "matrixone-operator"
 // added before any work.
 const FinalizerPrefix = "matrixorigin.io/"
 
-// Pod labels (REFERENCE-OPERATORS.md §1).
+// Pod labels (docs/architecture.md §7).
 const (
 	// LabelPhase is a CN pool pod's phase: PhaseUnknown, PhaseIdle, PhaseBound, PhaseDraining, PhaseTerminating.
 	LabelPhase = "pool.matrixorigin.io/phase"

@@ -1,7 +1,7 @@
 // Package matrixone is the MatrixOne reference operator: a miniature of the real MatrixOne operator's
 // LogSet, DNSet, ProxySet, CNPool, CNClaim, CNClaimSet and CNStore controllers that reproduces, behind
-// switches, the incidents catalogued in pins/ (REFERENCE-OPERATORS.md §1). It imports nothing of the
-// harness: ensemble wires it through the SetupWithManagerReconciler seam and Options.
+// switches, the incidents catalogued in pins/ (docs/architecture.md §7). It imports nothing of the
+// harness: it is set up with plain SetupWithManager calls, and its defects are Options.
 package matrixone
 
 import (
@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 )
 
-// Defect catalog IDs of the MatrixOne reference operator (DESIGN.md §7). Each is a switch in Options.Live.
+// Defect catalog IDs of the MatrixOne reference operator (docs/architecture.md §8). Each is a switch in Options.Live.
 const (
 	// DefectUnscopedOperator: the operator ignores WatchNamespace and the isolation rule's leader-election ID:
 	// it starts cluster-wide with the shared ID, so a test operator reconciles another namespace's running
@@ -168,7 +168,7 @@ func (o Options) WithDefaults() Options {
 }
 
 // Scaled returns o (defaults filled first) with every duration multiplied by factor, e.g. 0.01 to run the
-// operator a hundred times faster than real time (DESIGN.md §5).
+// operator a hundred times faster than real time (docs/architecture.md §5).
 func (o Options) Scaled(factor float64) Options {
 	o = o.WithDefaults()
 	for _, d := range []*time.Duration{&o.ActionRequeue, &o.ConflictRequeue, &o.FinalizeRequeue, &o.PodSetResync,

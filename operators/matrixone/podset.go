@@ -30,7 +30,7 @@ import (
 )
 
 // The shared pod-set helper behind LogSetReconciler, DNSetReconciler and ProxySetReconciler
-// (REFERENCE-OPERATORS.md §1 "LogSet, DNSet, ProxySet"). One pass over a set, in the real framework's order:
+// (docs/architecture.md §7 LogSet, DNSet, ProxySet). One pass over a set, in the real framework's order:
 //
 //  1. fetch; being deleted: delete the pods and the ConfigMap, requeue FinalizeRequeue until the pods are
 //     gone, then drop the finalizer matrixorigin.io/<controller-name>;
@@ -357,8 +357,8 @@ type podSetReconciler struct {
 
 // setupPodSet registers a pod-set controller named name with mgr: For(obj) with the framework's default
 // filter (generation, label or annotation changed, so the set's own status writes do not re-trigger it),
-// Owns(Pod) and Owns(ConfigMap) unfiltered; requests go to rec.
-func setupPodSet(mgr ctrl.Manager, name string, obj client.Object, rec reconcile.Reconciler) error {
+// Owns(Pod) and Owns(ConfigMap) unfiltered, reconciling with r.
+func setupPodSet(mgr ctrl.Manager, name string, obj client.Object, r reconcile.Reconciler) error {
 	filter := predicate.Or(predicate.GenerationChangedPredicate{}, predicate.LabelChangedPredicate{},
 		predicate.AnnotationChangedPredicate{})
 	return ctrl.NewControllerManagedBy(mgr).
@@ -366,7 +366,7 @@ func setupPodSet(mgr ctrl.Manager, name string, obj client.Object, rec reconcile
 		Owns(&corev1.Pod{}).
 		Owns(&corev1.ConfigMap{}).
 		Named(name).
-		Complete(rec)
+		Complete(r)
 }
 
 // podSetAction is the one action an observation may return.

@@ -5,7 +5,6 @@ import (
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	mov1 "github.com/ensembletest/ensemble/operators/matrixone/api/v1alpha1"
 )
@@ -15,10 +14,9 @@ import (
 // "<namespace>/<name>", the key of the LogSet's HAKeeper instance). See podset.go for the pass, and
 // MO-CONCURRENT-ROLLING-RESTART for how a config change rolls.
 //
-// Wiring (the harness seam; the same for DNSetReconciler and ProxySetReconciler):
+// Set up like any controller (the same for DNSetReconciler and ProxySetReconciler):
 //
-//	r := &matrixone.LogSetReconciler{Client: c, Options: opts}
-//	err := r.SetupWithManagerReconciler(mgr, wrapped) // or r.SetupWithManager(mgr)
+//	err := (&matrixone.LogSetReconciler{Client: mgr.GetClient(), Options: opts}).SetupWithManager(mgr)
 type LogSetReconciler struct {
 	// Client is used for every read and write; nil means mgr.GetClient() at setup.
 	Client client.Client
@@ -27,19 +25,13 @@ type LogSetReconciler struct {
 	Options Options
 }
 
-// SetupWithManager registers the controller with mgr, reconciling with r itself.
+// SetupWithManager registers the controller "matrixone-logset" with mgr: For(LogSet) filtered to
+// generation, label or annotation changes, Owns(Pod), Owns(ConfigMap).
 func (r *LogSetReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return r.SetupWithManagerReconciler(mgr, r)
-}
-
-// SetupWithManagerReconciler registers the controller "matrixone-logset" with mgr: For(LogSet) filtered to
-// generation, label or annotation changes, Owns(Pod), Owns(ConfigMap); requests go to rec (r, or a wrapper
-// around r).
-func (r *LogSetReconciler) SetupWithManagerReconciler(mgr ctrl.Manager, rec reconcile.Reconciler) error {
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
 	}
-	return setupPodSet(mgr, LogSetControllerName, &mov1.LogSet{}, rec)
+	return setupPodSet(mgr, LogSetControllerName, &mov1.LogSet{}, r)
 }
 
 // Reconcile runs one pass over one LogSet. API errors other than conflicts are returned.
@@ -64,18 +56,13 @@ type DNSetReconciler struct {
 	Options Options
 }
 
-// SetupWithManager registers the controller with mgr, reconciling with r itself.
+// SetupWithManager registers the controller "matrixone-dnset" with mgr: For(DNSet) filtered to
+// generation, label or annotation changes, Owns(Pod), Owns(ConfigMap).
 func (r *DNSetReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return r.SetupWithManagerReconciler(mgr, r)
-}
-
-// SetupWithManagerReconciler registers the controller "matrixone-dnset" with mgr: For(DNSet) filtered to
-// generation, label or annotation changes, Owns(Pod), Owns(ConfigMap); requests go to rec.
-func (r *DNSetReconciler) SetupWithManagerReconciler(mgr ctrl.Manager, rec reconcile.Reconciler) error {
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
 	}
-	return setupPodSet(mgr, DNSetControllerName, &mov1.DNSet{}, rec)
+	return setupPodSet(mgr, DNSetControllerName, &mov1.DNSet{}, r)
 }
 
 // Reconcile runs one pass over one DNSet. API errors other than conflicts are returned.
@@ -99,18 +86,13 @@ type ProxySetReconciler struct {
 	Options Options
 }
 
-// SetupWithManager registers the controller with mgr, reconciling with r itself.
+// SetupWithManager registers the controller "matrixone-proxyset" with mgr: For(ProxySet) filtered
+// to generation, label or annotation changes, Owns(Pod), Owns(ConfigMap).
 func (r *ProxySetReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return r.SetupWithManagerReconciler(mgr, r)
-}
-
-// SetupWithManagerReconciler registers the controller "matrixone-proxyset" with mgr: For(ProxySet) filtered
-// to generation, label or annotation changes, Owns(Pod), Owns(ConfigMap); requests go to rec.
-func (r *ProxySetReconciler) SetupWithManagerReconciler(mgr ctrl.Manager, rec reconcile.Reconciler) error {
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
 	}
-	return setupPodSet(mgr, ProxySetControllerName, &mov1.ProxySet{}, rec)
+	return setupPodSet(mgr, ProxySetControllerName, &mov1.ProxySet{}, r)
 }
 
 // Reconcile runs one pass over one ProxySet. API errors other than conflicts are returned.

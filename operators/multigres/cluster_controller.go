@@ -10,7 +10,6 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	mgv1 "github.com/ensembletest/ensemble/operators/multigres/api/v1alpha1"
 	"github.com/ensembletest/ensemble/operators/multigres/topo"
@@ -22,10 +21,9 @@ import (
 // TableGroups through the pending-deletion handshake, and on deletion deletes its TableGroups and waits for
 // them before dropping its finalizer.
 //
-// Wiring (the harness seam):
+// Set up like any controller:
 //
-//	r := &multigres.ClusterReconciler{Client: c, Topo: store, Options: multigres.DefaultOptions()}
-//	err := r.SetupWithManagerReconciler(mgr, wrapped) // or r.SetupWithManager(mgr)
+//	err := (&multigres.ClusterReconciler{Client: mgr.GetClient(), Topo: store, Options: opts}).SetupWithManager(mgr)
 type ClusterReconciler struct {
 	// Client is used for every read and write; nil means mgr.GetClient() at setup.
 	Client client.Client
@@ -35,14 +33,9 @@ type ClusterReconciler struct {
 	Options Options
 }
 
-// SetupWithManager registers the controller with mgr, reconciling with r itself.
+// SetupWithManager registers the controller "multigres-cluster" with mgr: For(MultigresCluster),
+// Owns(TableGroup).
 func (r *ClusterReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return r.SetupWithManagerReconciler(mgr, r)
-}
-
-// SetupWithManagerReconciler registers the controller "multigres-cluster" with mgr: For(MultigresCluster),
-// Owns(TableGroup); requests go to rec (r, or a wrapper around r).
-func (r *ClusterReconciler) SetupWithManagerReconciler(mgr ctrl.Manager, rec reconcile.Reconciler) error {
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
 	}
@@ -50,7 +43,7 @@ func (r *ClusterReconciler) SetupWithManagerReconciler(mgr ctrl.Manager, rec rec
 		For(&mgv1.MultigresCluster{}).
 		Owns(&mgv1.TableGroup{}).
 		Named(ClusterControllerName).
-		Complete(rec)
+		Complete(r)
 }
 
 // Reconcile brings one MultigresCluster one step closer to its spec. Errors from the API server or topology

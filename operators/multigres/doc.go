@@ -1,6 +1,6 @@
 // Package multigres is the Multigres reference operator of ensemble: a miniature of the real Multigres operator
 // with the same kinds, labels, annotations, finalizers, field owners and reconcile order
-// (REFERENCE-OPERATORS.md §2), small enough to run every reconciler at once against one envtest API server.
+// (docs/architecture.md §6), small enough to run every reconciler at once against one envtest API server.
 //
 // Three controllers, each wired the same way (see ClusterReconciler):
 //

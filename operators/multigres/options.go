@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// Defect catalog IDs of the Multigres reference operator (DESIGN.md §7). Each is a switch in Options.Live.
+// Defect catalog IDs of the Multigres reference operator (docs/architecture.md §8). Each is a switch in Options.Live.
 const (
 	// DefectStatusSSAZeroFields: the StorageClass guard applies a typed Shard status literal with force, so its
 	// zero orchReady/poolsReady are serialised and taken from updateStatus, which takes them back next pass:

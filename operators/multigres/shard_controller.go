@@ -12,14 +12,13 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	mgv1 "github.com/ensembletest/ensemble/operators/multigres/api/v1alpha1"
 	"github.com/ensembletest/ensemble/operators/multigres/topo"
 )
 
 // ShardReconciler reconciles Shards (controller "multigres-shard"), the resource handler of the real operator.
-// Each pass, in order (REFERENCE-OPERATORS.md §2):
+// Each pass, in order (docs/architecture.md §6 Shard):
 //
 //  1. fetch; deletion path (delete pods, requeue 2 s, drop multigres.com/shard-pvc-orphan last); ensure the
 //     finalizer; drain path when pending deletion (each pod one drain step per pass, requeue 2 s;
@@ -47,14 +46,9 @@ type ShardReconciler struct {
 	unconverged unconvergedTracker
 }
 
-// SetupWithManager registers the controller with mgr, reconciling with r itself.
+// SetupWithManager registers the controller "multigres-shard" with mgr: For(Shard), Owns(Pod), no
+// predicates.
 func (r *ShardReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return r.SetupWithManagerReconciler(mgr, r)
-}
-
-// SetupWithManagerReconciler registers the controller "multigres-shard" with mgr: For(Shard), Owns(Pod), no
-// predicates; requests go to rec (r, or a wrapper around r).
-func (r *ShardReconciler) SetupWithManagerReconciler(mgr ctrl.Manager, rec reconcile.Reconciler) error {
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
 	}
@@ -62,7 +56,7 @@ func (r *ShardReconciler) SetupWithManagerReconciler(mgr ctrl.Manager, rec recon
 		For(&mgv1.Shard{}).
 		Owns(&corev1.Pod{}).
 		Named(ShardControllerName).
-		Complete(rec)
+		Complete(r)
 }
 
 // shardPods are the pods a shard owns, split by component.

@@ -7,7 +7,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	mgv1 "github.com/ensembletest/ensemble/operators/multigres/api/v1alpha1"
 )
@@ -25,14 +24,9 @@ type TableGroupReconciler struct {
 	Options Options
 }
 
-// SetupWithManager registers the controller with mgr, reconciling with r itself.
+// SetupWithManager registers the controller "multigres-tablegroup" with mgr: For(TableGroup),
+// Owns(Shard).
 func (r *TableGroupReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	return r.SetupWithManagerReconciler(mgr, r)
-}
-
-// SetupWithManagerReconciler registers the controller "multigres-tablegroup" with mgr: For(TableGroup),
-// Owns(Shard); requests go to rec (r, or a wrapper around r).
-func (r *TableGroupReconciler) SetupWithManagerReconciler(mgr ctrl.Manager, rec reconcile.Reconciler) error {
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
 	}
@@ -40,7 +34,7 @@ func (r *TableGroupReconciler) SetupWithManagerReconciler(mgr ctrl.Manager, rec 
 		For(&mgv1.TableGroup{}).
 		Owns(&mgv1.Shard{}).
 		Named(TableGroupControllerName).
-		Complete(rec)
+		Complete(r)
 }
 
 // Reconcile brings one TableGroup one step closer to its spec; API errors are returned.

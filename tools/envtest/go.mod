@@ -1,5 +1,5 @@
 // Module envtest builds the kube-apiserver binary that envtest needs from its Go module, because
-// setup-envtest cannot download release binaries on an offline machine. See DESIGN.md §2.
+// setup-envtest cannot download release binaries on an offline machine. See docs/architecture.md §2.
 module github.com/ensembletest/ensemble/tools/envtest
 
 go 1.26.0

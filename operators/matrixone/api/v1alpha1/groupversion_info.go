@@ -1,7 +1,7 @@
 // Package v1alpha1 holds the API of the MatrixOne reference operator (group core.matrixorigin.io, version
 // v1alpha1): LogSet, DNSet and ProxySet (ordinal pod sets with a rendered ConfigMap), and CNPool, CNClaim and
 // CNClaimSet (pooled CN pods bound to claims). The shapes follow the real MatrixOne operator closely enough
-// that a reader who knows it recognises the fields (REFERENCE-OPERATORS.md §1).
+// that a reader who knows it recognises the fields (docs/architecture.md §7).
 //
 // +kubebuilder:object:generate=true
 // +groupName=core.matrixorigin.io

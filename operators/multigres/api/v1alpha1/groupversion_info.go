@@ -1,6 +1,6 @@
 // Package v1alpha1 holds the API of the Multigres reference operator (group multigres.com, version v1alpha1):
 // MultigresCluster fans out to TableGroups, which fan out to Shards. The shapes follow the real Multigres
-// operator closely enough that a reader who knows it recognises the fields (REFERENCE-OPERATORS.md §2).
+// operator closely enough that a reader who knows it recognises the fields (docs/architecture.md §6).
 //
 // +kubebuilder:object:generate=true
 // +groupName=multigres.com

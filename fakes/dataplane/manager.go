@@ -1,0 +1,19 @@
+package dataplane
+
+import (
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/ensembletest/ensemble/suite"
+)
+
+// ManagerName is the name of the manager ManagerOptions describes; writes and passes of the kubelet and the
+// garbage collector are attributed to it.
+const ManagerName = "dataplane"
+
+// ManagerOptions returns the suite.ManagerOptions that run d (kubelet and garbage collector) ungated in a
+// manager named "dataplane": the fakes act in every namespace, as a real kubelet would.
+func (d *DataPlane) ManagerOptions() suite.ManagerOptions {
+	return suite.ManagerOptions{Name: ManagerName, Ungated: true, Register: func(mgr manager.Manager) error {
+		return d.SetupWithManager(mgr)
+	}}
+}

@@ -1,0 +1,48 @@
+package suite
+
+import (
+	"sort"
+	"strings"
+)
+
+// FieldWriters tells which writers changed which fields of the case's object kind/name: for every leaf field
+// path that changed (as in Change.Fields, e.g. "status.podRoles.pod-0"), the writers whose writes made
+// those changes, sorted, each "manager/controller" (or the manager alone for a write outside a reconcile
+// pass). It works where managedFields cannot tell controllers apart, because they share one field manager.
+// A change is matched to the recorded write whose answer carried the same resourceVersion; a change no
+// recorded write made (the API server's own, or a client the harness does not see) is "<unrecorded>". A
+// field with two or more writers is a field two controllers both write.
+func (c *Case) FieldWriters(kind, name string) map[string][]string {
+	byRV := map[string]string{}
+	for _, w := range c.s.rec.writes(c.Namespace, WriteFilter{Kind: kind, Name: name}) {
+		if w.ResourceVersion != "" {
+			byRV[w.ResourceVersion] = w.writer()
+		}
+	}
+	sets := map[string]map[string]bool{}
+	for _, ch := range c.s.stream.changes(c.Namespace, ChangeFilter{Kind: kind, Name: name, Type: Modified}) {
+		who, ok := byRV[ch.ResourceVersion]
+		if !ok {
+			who = "<unrecorded>"
+		}
+		for _, f := range ch.Fields {
+			if sets[f.Path] == nil {
+				sets[f.Path] = map[string]bool{}
+			}
+			sets[f.Path][who] = true
+		}
+	}
+	out := map[string][]string{}
+	for path, set := range sets {
+		for who := range set {
+			out[path] = append(out[path], who)
+		}
+		sort.Strings(out[path])
+	}
+	return out
+}
+
+// under reports whether path is prefix or a field below it.
+func under(path, prefix string) bool {
+	return path == prefix || strings.HasPrefix(path, prefix+".") || strings.HasPrefix(path, prefix+"[")
+}

@@ -1,0 +1,151 @@
+package suite
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+	"runtime"
+	"runtime/debug"
+	"strings"
+
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// wrappingManager is the manager.Manager that ManagerOptions.Register receives. It is the real manager but
+// for two methods: GetClient returns a recording client, and Add wraps every controller handed to it (the
+// controller-runtime builder adds each controller it builds through Add) before passing it on.
+type wrappingManager struct {
+	manager.Manager
+	s       *Suite
+	name    string
+	ungated bool
+	client  client.Client
+	// wrapped counts the controllers wrapped, by controller name; err is the first controller that could not be.
+	wrapped map[string]int
+	err     error
+}
+
+func (s *Suite) newWrappingManager(mgr manager.Manager, name string, ungated bool) *wrappingManager {
+	return &wrappingManager{Manager: mgr, s: s, name: name, ungated: ungated,
+		client: s.recordingClient(mgr.GetClient(), name, ""), wrapped: map[string]int{}}
+}
+
+// GetClient returns the manager's client with every write recorded: attributed to this manager and, when made
+// on a context derived from a reconcile pass's, to that pass and its controller.
+func (m *wrappingManager) GetClient() client.Client { return m.client }
+
+// Add wraps r first when it is a controller. A controller that cannot be wrapped is refused with an error
+// that names it and the controller-runtime version: its passes would otherwise go unrecorded.
+func (m *wrappingManager) Add(r manager.Runnable) error {
+	name, isController, err := m.wrap(r)
+	if err != nil {
+		if m.err == nil {
+			m.err = err
+		}
+		return err
+	}
+	if isController {
+		m.wrapped[name]++
+	}
+	return m.Manager.Add(r)
+}
+
+var reconcilerType = reflect.TypeFor[reconcile.Reconciler]()
+
+// wrap replaces the reconciler of a controller built by controller-runtime (its exported Do field) with the
+// harness's wrapper. It reports whether r is a controller at all (a runnable with Watch, Start and
+// GetLogger methods); a controller whose reconciler it cannot reach is an error.
+func (m *wrappingManager) wrap(r manager.Runnable) (string, bool, error) {
+	v := reflect.ValueOf(r)
+	if !looksLikeController(v) {
+		return "", false, nil
+	}
+	name := fmt.Sprintf("%T", r)
+	if v.Kind() != reflect.Pointer || v.Elem().Kind() != reflect.Struct {
+		return name, true, m.cannotWrap(name, r, "it is not a pointer to a struct")
+	}
+	if f := v.Elem().FieldByName("Name"); f.IsValid() && f.Kind() == reflect.String {
+		name = f.String()
+	}
+	do := v.Elem().FieldByName("Do")
+	switch {
+	case !do.IsValid():
+		return name, true, m.cannotWrap(name, r, "it has no exported Do field holding its reconciler")
+	case do.Type() != reconcilerType:
+		return name, true, m.cannotWrap(name, r, fmt.Sprintf("its Do field is a %s, not a reconcile.Reconciler (a typed request?)", do.Type()))
+	case !do.CanSet():
+		return name, true, m.cannotWrap(name, r, "its Do field cannot be set")
+	case do.IsNil():
+		return name, true, m.cannotWrap(name, r, "its Do field is nil")
+	}
+	inner := do.Interface().(reconcile.Reconciler)
+	if _, done := inner.(*wrappedReconciler); !done {
+		do.Set(reflect.ValueOf(reconcile.Reconciler(&wrappedReconciler{s: m.s, manager: m.name, controller: name, ungated: m.ungated, inner: inner})))
+	}
+	return name, true, nil
+}
+
+func (m *wrappingManager) cannotWrap(name string, r manager.Runnable, why string) error {
+	return fmt.Errorf("suite: manager %s: cannot wrap controller %q (%T) with controller-runtime %s: %s; ensemble would record none of its passes (it supports the controllers controller-runtime v0.25's builder makes)",
+		m.name, name, r, controllerRuntimeVersion(), why)
+}
+
+// looksLikeController reports whether v has the methods of a controller-runtime controller.
+func looksLikeController(v reflect.Value) bool {
+	for _, method := range []string{"Watch", "Start", "GetLogger", "Reconcile"} {
+		if !v.MethodByName(method).IsValid() {
+			return false
+		}
+	}
+	return true
+}
+
+// controllerRuntimeVersion is the version of sigs.k8s.io/controller-runtime this binary was built with: from
+// the build info, or (test binaries carry no dependency list) from the source path of one of its functions,
+// which holds "controller-runtime@<version>" when it was built from the module cache.
+func controllerRuntimeVersion() string {
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, d := range bi.Deps {
+			if d.Path == "sigs.k8s.io/controller-runtime" {
+				if d.Replace != nil {
+					return d.Replace.Version
+				}
+				return d.Version
+			}
+		}
+	}
+	file, _ := runtime.FuncForPC(reflect.ValueOf(ctrl.NewControllerManagedBy).Pointer()).FileLine(0)
+	if _, after, ok := strings.Cut(file, "controller-runtime@"); ok {
+		if v, _, ok := strings.Cut(after, "/"); ok {
+			return v
+		}
+	}
+	return "(unknown version)"
+}
+
+// wrappedReconciler is what every wrapped controller reconciles with: the gate, pass accounting and
+// requeue compression around the operator's own reconciler.
+type wrappedReconciler struct {
+	s                   *Suite
+	manager, controller string
+	ungated             bool
+	inner               reconcile.Reconciler
+}
+
+func (r *wrappedReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	p := r.s.rec.beginPass(r.manager, r.controller, req)
+	if !r.ungated && !r.s.gate.admitted(req.Namespace) {
+		r.s.rec.endPass(p, true, nil, 0, 0)
+		return ctrl.Result{}, nil
+	}
+	res, err := r.inner.Reconcile(context.WithValue(ctx, passCtxKey{}, p), req)
+	asked := res.RequeueAfter
+	if clamp := r.s.requeueClamp; clamp > 0 && res.RequeueAfter > clamp {
+		res.RequeueAfter = clamp
+	}
+	r.s.rec.endPass(p, false, err, res.RequeueAfter, asked)
+	return res, err
+}
