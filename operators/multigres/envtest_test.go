@@ -462,11 +462,15 @@ func TestSplitWritersFlap(t *testing.T) {
 	}
 }
 
+// TestMapOrderMessage: with MG-CONDITION-MAP-ORDER live the StorageClassValid message names the missing
+// classes in map order, so it takes both orders; fixed, it keeps one. The live case waits (up to 20 s) until
+// both orders were seen rather than sampling a fixed window: a loaded machine runs fewer passes per second.
 func TestMapOrderMessage(t *testing.T) {
 	for _, live := range []bool{false, true} {
 		t.Run(fmt.Sprint("live=", live), func(t *testing.T) {
 			g := NewWithT(t)
 			ctx, ns := start(t, multigres.DefaultOptions().WithDefect(multigres.DefectConditionMapOrder, live))
+			storageClass(ctx, t, "fast") // the main pool's class exists: only missing-a and missing-b are named
 			sh := basicShard()
 			sh.Pools["aa"] = mgv1.PoolSpec{Cells: []string{"z1"}, ReplicasPerCell: 1, StorageClass: "missing-a"}
 			sh.Pools["bb"] = mgv1.PoolSpec{Cells: []string{"z1"}, ReplicasPerCell: 1, StorageClass: "missing-b"}
@@ -479,8 +483,19 @@ func TestMapOrderMessage(t *testing.T) {
 			}
 			g.Eventually(func(g Gomega) { g.Expect(msg(getShard(g, ctx, ns))).To(ContainSubstring("missing-")) }).
 				WithTimeout(30 * time.Second).Should(Succeed())
-			vals, _ := countChanges(ctx, ns, 2*time.Second, msg)
-			delete(vals, "")
+			vals := map[string]bool{}
+			if live {
+				g.Eventually(func(g Gomega) map[string]bool {
+					if m := msg(getShard(g, ctx, ns)); m != "" {
+						vals[m] = true
+					}
+					return vals
+				}).WithTimeout(20*time.Second).WithPolling(5*time.Millisecond).Should(HaveLen(2),
+					"MG-CONDITION-MAP-ORDER live: the message never took the other order")
+			} else {
+				vals, _ = countChanges(ctx, ns, 2*time.Second, msg)
+				delete(vals, "")
+			}
 			t.Logf("messages %v", vals)
 			if live != (len(vals) == 2) {
 				t.Errorf("live=%v: messages %v", live, vals)
