@@ -1,26 +1,34 @@
 // Package suite is ensemble's harness: it boots one envtest API server (real kube-apiserver and etcd), runs
 // every reconciler of one or more operators against it at once, and gives scenario specs the vocabulary for
 // defects that live between controllers: the writes each controller made and in which reconcile pass, the
-// changes each watched object went through, quiescence, and KnownDefect pins.
+// changes each watched object went through, which controller changed which field, quiescence, field-manager
+// ownership, invariants and KnownDefect pins.
 //
-// The package knows no operator. An operator is wired in through ManagerOptions.Register, which receives a
-// Wiring: the recording client and the reconciler wrapper (gate, pass accounting, requeue compression) for
-// each controller it sets up. See README.md for a scenario written with it.
+// The package knows no operator, and an operator needs no change to run under it. ManagerOptions.Register
+// gets a manager and sets the operator up exactly as its main does, with its own SetupWithManager calls.
+// ensemble then wraps every controller controller-runtime's builder makes. The wrapper holds the gate (only
+// namespaces a Case admitted reach the reconciler), counts passes and shortens long RequeueAfter delays.
+// Writes through the manager's client are recorded and attributed to the pass whose context they carry.
+// A spec holds a Case and asks it everything. See the package example, and examples/kuberay in the
+// repository for KubeRay's unmodified controllers under ensemble.
 //
-// Typical use from Ginkgo:
+// # What ensemble cannot see
 //
-//	var s *suite.Suite
-//	var _ = BeforeSuite(func() {
-//		var err error
-//		s, err = suite.Boot(ctx, suite.Options{...})
-//		Expect(err).NotTo(HaveOccurred())
-//		DeferCleanup(s.Stop)
-//	})
-//	It("...", func() {
-//		c := s.NewCase(GinkgoT())
-//		...
-//		Expect(c.RequireQuiescent(time.Second, 20*time.Second)).To(Succeed())
-//	})
-//
-// Plain testing.T works the same way: pass t to NewCase.
+//   - A write made on a context that does not derive from the reconcile pass's (context.Background() in a
+//     reconciler, a goroutine the operator starts) is recorded under its manager with no controller and no
+//     pass.
+//   - A write through a client the operator builds itself (client.New on mgr.GetConfig(), a typed clientset)
+//     is not recorded at all; its changes still show in the event stream, and FieldWriters names them
+//     "<unrecorded>".
+//   - A controller that does not go through Manager.Add (one built with controller.NewUnmanaged and started
+//     by the operator) is neither gated nor counted. One that goes through Add but cannot be wrapped (a
+//     controller-runtime whose controllers no longer keep their reconciler in an exported Do field, or a
+//     typed controller whose request is not reconcile.Request) stops Boot with one line that names the
+//     controller and the controller-runtime version.
+//   - Kinds that are not in Options.WatchKinds produce no Changes; quiescence and dumps look only at the
+//     watched kinds.
+//   - envtest runs no kube-controller-manager and no kubelet: nothing collects garbage, deletes namespaces,
+//     runs Deployments, StatefulSets or Jobs, or moves pods, unless a manager such as fakes/dataplane does.
+//   - Requeue compression changes wall time, not order. A spec that measures a rate must measure it in the
+//     operator's own time (OperatorTimeline).
 package suite

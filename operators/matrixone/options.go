@@ -8,28 +8,30 @@ import (
 	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+
+	"github.com/ensembletest/ensemble/pins"
 )
 
 // Defect catalog IDs of the MatrixOne reference operator (docs/architecture.md §8). Each is a switch in Options.Live.
 const (
 	// DefectUnscopedOperator: the operator ignores WatchNamespace and the isolation rule's leader-election ID:
 	// it starts cluster-wide with the shared ID, so a test operator reconciles another namespace's running
-	// cluster, prunes its ConfigMap keys and restarts its LogService/DN/Proxy containers in place. Default fixed.
+	// cluster, prunes its ConfigMap keys and restarts its LogService/DN/Proxy containers in place.
 	DefectUnscopedOperator = "MO-UNSCOPED-OPERATOR"
 	// DefectConcurrentRollingRestart: every pod-set controller patches all its pods' config suffixes as soon
-	// as its ConfigMap changes, so LogSet, DNSet and ProxySet restart together. Default live.
+	// as its ConfigMap changes, so LogSet, DNSet and ProxySet restart together.
 	DefectConcurrentRollingRestart = "MO-CONCURRENT-ROLLING-RESTART"
 	// DefectClaimDoubleBind: selectCN and the migration target ignore other claims' spec.podName, so two
-	// claims end up Bound to one CN pod. Default live.
+	// claims end up Bound to one CN pod.
 	DefectClaimDoubleBind = "MO-CLAIM-DOUBLE-BIND"
 	// DefectClaimBoundToMissingPod: the pod watch maps a pod to claims only by the claimed-by label and Lost
-	// does not clear spec.podName, so a claim stays Bound to a deleted pod. Default live.
+	// does not clear spec.podName, so a claim stays Bound to a deleted pod.
 	DefectClaimBoundToMissingPod = "MO-CLAIM-BOUND-TO-MISSING-POD"
 	// DefectMigrationStorm: the claim's watch passes every resourceVersion change and progress is written
-	// on every pass, so a migrating claim re-triggers itself about once a second. Default live.
+	// on every pass, so a migrating claim re-triggers itself about once a second.
 	DefectMigrationStorm = "MO-MIGRATION-STORM"
 	// DefectClaimFinalizeStuck: Finalize skips a pod another claim references without removing its own
-	// claimed-by and never returns done, retrying every 2 s forever. Default fixed.
+	// claimed-by and never returns done, retrying every 2 s forever.
 	DefectClaimFinalizeStuck = "MO-CLAIM-FINALIZE-STUCK"
 )
 
@@ -112,20 +114,10 @@ type Options struct {
 	Now func() time.Time
 }
 
-// DefaultOptions returns the catalog defaults (MO-CONCURRENT-ROLLING-RESTART, MO-CLAIM-DOUBLE-BIND,
-// MO-CLAIM-BOUND-TO-MISSING-POD and MO-MIGRATION-STORM live; MO-UNSCOPED-OPERATOR and
-// MO-CLAIM-FINALIZE-STUCK fixed) and the real operator's durations.
+// DefaultOptions returns each defect in its catalog default state (pins.Default, the one place that says
+// which are live) and the real operator's durations.
 func DefaultOptions() Options {
-	return Options{
-		Live: map[string]bool{
-			DefectUnscopedOperator:         false,
-			DefectConcurrentRollingRestart: true,
-			DefectClaimDoubleBind:          true,
-			DefectClaimBoundToMissingPod:   true,
-			DefectMigrationStorm:           true,
-			DefectClaimFinalizeStuck:       false,
-		},
-	}.WithDefaults()
+	return Options{Live: pins.Default.States("MO-", nil)}.WithDefaults()
 }
 
 // IsLive reports whether the defective code path of catalog ID id runs.

@@ -3,30 +3,30 @@ package multigres
 import (
 	"math/rand/v2"
 	"time"
+
+	"github.com/ensembletest/ensemble/pins"
 )
 
 // Defect catalog IDs of the Multigres reference operator (docs/architecture.md §8). Each is a switch in Options.Live.
 const (
 	// DefectStatusSSAZeroFields: the StorageClass guard applies a typed Shard status literal with force, so its
 	// zero orchReady/poolsReady are serialised and taken from updateStatus, which takes them back next pass:
-	// the status flips forever. Default fixed.
+	// the status flips forever.
 	DefectStatusSSAZeroFields = "MG-STATUS-SSA-ZERO-FIELDS"
 	// DefectStorageClassSplitWriters: the backup and the pool StorageClass checks each write StorageClassValid
-	// with their own message, so the condition flaps every pass. Default fixed.
+	// with their own message, so the condition flaps every pass.
 	DefectStorageClassSplitWriters = "MG-STORAGECLASS-SPLIT-WRITERS"
 	// DefectConditionMapOrder: pools are visited in Go map order, so with two missing classes the
-	// StorageClassValid message names them in varying order and the condition flaps. Default live.
+	// StorageClassValid message names them in varying order and the condition flaps.
 	DefectConditionMapOrder = "MG-CONDITION-MAP-ORDER"
 	// DefectUnnamedFieldOwner: the podRoles status patch and the pod readiness-gate patch carry no field owner,
 	// so the API server names the manager after the User-Agent and podRoles entries get two owners.
-	// Default fixed.
 	DefectUnnamedFieldOwner = "MG-UNNAMED-FIELD-OWNER"
 	// DefectNoRequeueUnconverged: a not-converged Shard asks for no requeue; topology changes emit no
 	// Kubernetes event, so pool pods stay not Ready and a late pooler's role never lands in podRoles.
-	// Default fixed.
 	DefectNoRequeueUnconverged = "MG-NO-REQUEUE-UNCONVERGED"
 	// DefectMultiorchCountedAsPool: the status and data-plane pod lists select only the identity labels, not
-	// component=shard-pool, so the multiorch pod counts as a pool pod that never registers. Default fixed.
+	// component=shard-pool, so the multiorch pod counts as a pool pod that never registers.
 	DefectMultiorchCountedAsPool = "MG-MULTIORCH-COUNTED-AS-POOL"
 )
 
@@ -84,18 +84,11 @@ type Options struct {
 	Rand func() float64
 }
 
-// DefaultOptions returns the catalog defaults (MG-CONDITION-MAP-ORDER live, the other five fixed) and the real
-// operator's durations.
+// DefaultOptions returns each defect in its catalog default state (pins.Default, the one place that says
+// which are live) and the real operator's durations.
 func DefaultOptions() Options {
 	return Options{
-		Live: map[string]bool{
-			DefectStatusSSAZeroFields:      false,
-			DefectStorageClassSplitWriters: false,
-			DefectConditionMapOrder:        true,
-			DefectUnnamedFieldOwner:        false,
-			DefectNoRequeueUnconverged:     false,
-			DefectMultiorchCountedAsPool:   false,
-		},
+		Live:                       pins.Default.States("MG-", nil),
 		StorageClassRequeue:        DefaultStorageClassRequeue,
 		TopologyUnavailableRequeue: DefaultTopologyUnavailableRequeue,
 		PendingDeletionRequeue:     DefaultPendingDeletionRequeue,

@@ -1,0 +1,18 @@
+package main
+
+import "testing"
+
+// suiteBudget is the most exported identifiers the suite package may have (funcs, types, methods,
+// constants and variables): one vocabulary, small enough to learn in an afternoon.
+const suiteBudget = 65
+
+func TestSuiteStaysWithinItsBudget(t *testing.T) {
+	ids, err := exported("../../../suite")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids) > suiteBudget {
+		t.Fatalf("suite exports %d identifiers, over the budget of %d: make new ones Case methods or unexported (go run ./internal/cmd/apicount -v ./suite lists them)", len(ids), suiteBudget)
+	}
+	t.Logf("suite exports %d of %d", len(ids), suiteBudget)
+}
