@@ -238,244 +238,258 @@ func claimBindingHolds(ctx context.Context, r client.Reader, ns string) error {
 }
 
 var _ = Describe("matrixone CNClaim", Label("matrixone", "claim"), func() {
-	It("CNClaim double binding: the incident replayed with the migrator never puts two live claims on one pod", Label("pin"), func(ctx SpecContext) {
-		c := s.NewCase(GinkgoT())
-		claimReportOnExit(c)
-		// Registered before anything exists: every state of the replay is checked, transient ones included.
-		c.Invariant(claimBindingInvariant, claimBindingHolds)
-		// The migrator agent is the incident's (any pool pod but the source, used ones preferred) while the
-		// defect is live, the corrected one (idle, unreferenced pods only) once fixed: the catalog entry covers both.
-		live := moOptions.IsLive(matrixone.DefectClaimDoubleBind)
-		e := newClaimEnv(c, claimClusterSpec(2, 0))
-		e.settlePool(0, 2)
+	It("CNClaim double binding: the incident replayed with the migrator never puts two live claims on one pod", Label("pin"), claimDoubleBindingSpec)
 
-		By("claim A binds p1; the migrator moves A to p2; p1 drains back to Idle")
-		e.createClaim("a", "tenant")
-		p1 := e.expectBound("a")
-		e.settlePool(1, 2)
-		p2, err := haKeeper.Migrate(ctx, c.Client, e.key("a"), live)
-		Expect(err).NotTo(HaveOccurred())
-		Expect(p2).NotTo(Equal(p1), "the migrator moved A onto its own pod")
-		Expect(e.expectBound("a")).To(Equal(p2))
-		Eventually(func(g Gomega) {
-			p := e.pod(g, p1)
-			g.Expect(p.Labels).To(HaveKeyWithValue(matrixone.LabelPhase, matrixone.PhaseIdle))
-			g.Expect(p.Labels).To(HaveKeyWithValue(matrixone.LabelLastOwner, "tenant"))
-			g.Expect(p.Labels).NotTo(HaveKey(matrixone.LabelClaimedBy))
-		}).WithTimeout(claimTimeout).Should(Succeed(), "p1 never drained back to Idle")
+	It("claim bound to a deleted pod: the claim goes Lost with spec.podName cleared and its claim set replaces it", Label("pin"), claimDeletedPodSpec)
 
-		By("claim B (same owner) binds p1; the migrator moves B")
-		e.createClaim("b", "tenant")
-		Expect(e.expectBound("b")).To(Equal(p1), "B prefers the pod its owner used last")
-		e.settlePool(2, 2) // maxIdle idle pods again: the corrected agent has a free target
-		target, err := haKeeper.Migrate(ctx, c.Client, e.key("b"), live)
-		Expect(err).NotTo(HaveOccurred())
-		Expect(target).NotTo(Equal(p1), "the migrator moved B onto its own pod")
-		e.migrated("b", target, p1)
-
-		c.KnownDefect(matrixone.DefectClaimDoubleBind, func() error {
-			// The pin takes the violation as its evidence, so the case's cleanup does not fail on it again.
-			// An unknown invariant name is a harness error; wrapped below, it still fails the pin.
-			err := c.TakeViolation(claimBindingInvariant)
-			if err == nil {
-				// The invariant runs on its own goroutine after each change: check the final state here too, in
-				// case the last change has not been checked yet.
-				if ferr := claimBindingHolds(ctx, c.Reader(), c.Namespace); ferr != nil {
-					err = fmt.Errorf("invariant %q violated at the end of the replay: %w", claimBindingInvariant, ferr)
-				}
-			}
-			if err != nil {
-				return fmt.Errorf("A moved %s -> %s, B moved %s -> %s: %w", p1, p2, p1, target, err)
-			}
-			return nil
-		})
-	})
-
-	It("claim bound to a deleted pod: the claim goes Lost with spec.podName cleared and its claim set replaces it", Label("pin"), func(ctx SpecContext) {
-		c := s.NewCase(GinkgoT())
-		claimReportOnExit(c)
-		spec := claimClusterSpec(2, 2)
-		e := newClaimEnv(c, spec)
-		set := &mov1.CNClaimSet{}
-		Expect(c.Get(spec.Names().ClaimSet, set)).To(Succeed())
-		Expect(set.Status.Claims).To(HaveLen(2))
-		a, b := set.Status.Claims[0].ClaimName, set.Status.Claims[1].ClaimName
-		pa := e.expectBound(a)
-		Expect(e.expectBound(b)).NotTo(Equal(pa))
-		e.settlePool(2, 2)
-
-		By("setup: the incident's migrator moves B onto A's pod, whose claimed-by label then names B")
-		// This is the incident's agent whatever MO-CLAIM-DOUBLE-BIND says: it builds the state in which a pod's
-		// label no longer names a claim bound to it. The defect under test is what the operator does when that
-		// pod goes away.
-		pb := e.claimPod(b)
-		target, err := haKeeper.Migrate(ctx, c.Client, e.key(b), true)
-		Expect(err).NotTo(HaveOccurred())
-		Expect(target).To(Equal(pa), "setup: the incident's agent picks the pod another claim uses")
-		e.migrated(b, pa, pb)
-		Eventually(func(g Gomega) {
-			g.Expect(e.pod(g, pa).Labels).To(HaveKeyWithValue(matrixone.LabelClaimedBy, b))
-			cl := e.claim(g, a)
-			g.Expect(cl.Spec.PodName).To(Equal(pa))
-			g.Expect(cl.Status.Phase).To(Equal(mov1.CNClaimPhaseBound))
-		}).WithTimeout(claimTimeout).Should(Succeed(), "setup: pod %s never claimed-by %s with %s still Bound to it", pa, b, a)
-
-		By("deleting A's pod, which both claims name")
-		deleted := time.Now()
-		Expect(c.Delete(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pa}})).To(Succeed())
-		Eventually(func() []suite.Change {
-			return c.Changes(suite.ChangeFilter{Kind: "Pod", Name: pa, Type: suite.Deleted})
-		}).WithTimeout(claimTimeout).ShouldNot(BeEmpty(), "pod %s was never deleted (CNStore drains it first)", pa)
-		// The claim the pod's claimed-by label names (B, unless A took the label back meanwhile) is told in every
-		// version: once it went Lost, the claim controller has handled the pod's termination (the data plane
-		// reports a pod kept by its finalizer as Succeeded) or its removal.
-		Eventually(func() bool {
-			lostA, _ := claimLostCleared(c, a)
-			lostB, _ := claimLostCleared(c, b)
-			return lostA || lostB
-		}).WithTimeout(claimTimeout).Should(BeTrue(), "neither %s nor %s went Lost after their pod %s was deleted", a, b, pa)
-
-		// The observation window is a Consistently over the operator's cache timeout plus one resync (its own
-		// durations, scaled), started once the claim controller has handled the deletion: the corrected pod
-		// watch hands every claim naming the pod to the controller on those same events, and their passes find
-		// the pod terminated or gone long after they bound (past the cache timeout), so they go Lost and clear
-		// spec.podName at once. Counting the claim's passes would not do: the defect is precisely that the claim
-		// the label does not name gets none.
-		window := moOptions.WaitCacheTimeout + moOptions.WaitCacheRequeue
-		quiet := NewGomega(func(string, ...int) {})
-		namingPod := func() []string {
-			var out []string
-			for _, name := range []string{a, b} {
-				cl := &mov1.CNClaim{}
-				if err := c.Get(name, cl); err == nil && cl.DeletionTimestamp.IsZero() && cl.Spec.PodName == pa {
-					out = append(out, fmt.Sprintf("%s (%s)", name, cl.Status.Phase))
-				}
-			}
-			return out
-		}
-		stuck := quiet.Consistently(namingPod).WithTimeout(window).WithPolling(5 * time.Millisecond).ShouldNot(BeEmpty())
-
-		c.KnownDefect(matrixone.DefectClaimBoundToMissingPod, func() error {
-			var bad []string
-			if stuck {
-				bad = append(bad, fmt.Sprintf("still naming pod %s %s after its deletion: %s", pa,
-					time.Since(deleted).Round(time.Millisecond), strings.Join(namingPod(), ", ")))
-			}
-			for _, name := range []string{a, b} {
-				if lost, cleared := claimLostCleared(c, name); lost && !cleared {
-					bad = append(bad, fmt.Sprintf("%s went Lost but kept spec.podName %s", name, pa))
-				}
-			}
-			if len(bad) > 0 {
-				return fmt.Errorf("claims %s and %s named pod %s (cache timeout plus one resync: %s of the operator's time, %s here): %s",
-					a, b, pa, time.Duration(float64(window)/fixtures.TimeScale), window, strings.Join(bad, "; "))
-			}
-			var latency []string
-			for _, name := range []string{a, b} {
-				lost, cleared := claimLostCleared(c, name)
-				if !lost || !cleared {
-					return suite.Harness(fmt.Errorf("claim %s stopped naming the deleted pod %s without going Lost and clearing spec.podName (lost=%v cleared=%v)", name, pa, lost, cleared))
-				}
-				latency = append(latency, fmt.Sprintf("%s %s", name, claimClearedAfter(c, name, deleted)))
-			}
-			// Replaced: the set counts two claims again, both Bound, neither of the lost ones.
-			if !quiet.Eventually(func(g Gomega) {
-				cs := &mov1.CNClaimSet{}
-				g.Expect(c.Get(spec.Names().ClaimSet, cs)).To(Succeed())
-				g.Expect(cs.Status.Replicas).To(BeEquivalentTo(2))
-				g.Expect(cs.Status.ReadyReplicas).To(BeEquivalentTo(2))
-				for _, cl := range cs.Status.Claims {
-					g.Expect(cl.ClaimName).NotTo(BeElementOf(a, b))
-				}
-			}).WithTimeout(claimTimeout).Should(Succeed()) {
-				return suite.Harness(fmt.Errorf("claims %s and %s went Lost with spec.podName cleared, but their claim set never replaced them", a, b))
-			}
-			AddReportEntry("pod deletion -> spec.podName cleared", strings.Join(latency, ", "))
-			return nil
-		})
-	})
-
-	It("migration storm: a migrating claim's reconcile passes over 20 s of the operator's time", Label("pin"), func(ctx SpecContext) {
-		c := s.NewCase(GinkgoT())
-		claimReportOnExit(c)
-		e := newClaimEnv(c, claimClusterSpec(1, 0))
-		e.settlePool(0, 1)
-		e.createClaim("a", "tenant")
-		p1 := e.expectBound("a")
-		st, ok := haKeeper.PodStore(c.Namespace, p1)
-		Expect(ok).To(BeTrue())
-		// The storm needs the source's session count to move between two passes of the claim, as the incident's
-		// did. The suite's HAKeeper drains one session per DrainTick (10 ms here: 1 s of the operator's time),
-		// slower than a pass of the miniature takes at this scale, so a client leaves the source every
-		// millisecond until the window is covered (claimChurn); then its sessions drop to 0 and the drain ends.
-		const sessions = 2000
-		Expect(haKeeper.SetSessions(c.Namespace, st.UUID, sessions)).To(Succeed())
-		e.settlePool(1, 1)
-		stopChurn := claimChurn(c.Namespace, st.UUID, sessions)
-		DeferCleanup(stopChurn)
-
-		By("the migrator moves the claim; the source drains")
-		// The corrected agent (an idle pod): the storm does not depend on the target.
-		_, err := haKeeper.Migrate(ctx, c.Client, e.key("a"), false)
-		Expect(err).NotTo(HaveOccurred())
-		// The polls below read the suite's cache, not the API server: a poll every millisecond must not load
-		// the API server the claim's passes write to (their wall time is the operator's time here).
-		migrating := func() (progress, source bool) {
-			cl := &mov1.CNClaim{}
-			if err := c.Reader().Get(ctx, e.key("a"), cl); err != nil {
-				return false, true // unknown: neither progress nor the end of the migration
-			}
-			return cl.Status.Migrate != nil, cl.Spec.SourcePod != nil
-		}
-		Eventually(func() bool {
-			progress, _ := migrating()
-			return progress
-		}).WithTimeout(claimTimeout).WithPolling(time.Millisecond).Should(BeTrue(), "the claim never reported migration progress")
-		start := time.Now()
-
-		// 20 s of the operator's time, at the fixtures' scale; the passes are placed on the operator's own
-		// timeline (suite.OperatorTimeline undoes the harness's requeue compression).
-		window := time.Duration(float64(20*time.Second) * fixtures.TimeScale)
-		var passes []suite.Pass
-		covered, ended := false, false
-		Eventually(func() bool {
-			passes = claimFinished(c.Passes(suite.PassFilter{Name: "a", Controller: matrixone.CNClaimControllerName, Since: start}))
-			tl := suite.OperatorTimeline(passes)
-			covered = len(tl) > 0 && tl[len(tl)-1] >= window
-			_, source := migrating()
-			ended = !source
-			return covered || ended
-		}).WithTimeout(claimTimeout).WithPolling(5*time.Millisecond).Should(BeTrue(), "the claim was not reconciled through the window")
-		stopChurn()
-		n := suite.PassesWithin(passes, window)
-		// A storm's passes follow each other as fast as a pass runs; that wall time counts as the operator's
-		// own (OperatorTimeline), so a loaded machine, with slower passes, fits fewer of them in the window.
-		var busy time.Duration
-		for _, p := range passes[:n] {
-			busy += p.End.Sub(p.Start)
-		}
-		perPass := time.Duration(0)
-		if n > 0 {
-			perPass = (busy / time.Duration(n)).Round(100 * time.Microsecond)
-		}
-		AddReportEntry("migrating claim's passes in 20 s of operator time", fmt.Sprintf("%d (%s of wall time per pass)", n, perPass),
-			ReportEntryVisibilityAlways)
-
-		c.KnownDefect(matrixone.DefectMigrationStorm, func() error {
-			switch {
-			case !covered || ended:
-				// Passes after the end of the migration are not a migrating claim's: no verdict.
-				return suite.Harness(fmt.Errorf("the migration ended before the window closed: %d passes counted", n))
-			case n >= 10:
-				return fmt.Errorf("%d passes in 20 s of operator time", n)
-			case n <= 3:
-				return nil
-			}
-			return suite.Harness(fmt.Errorf("%d passes in 20 s of operator time: neither fixed (at most 3) nor a storm (at least 10); "+
-				"a pass took %s of wall time on average (a storm's back-to-back passes count their wall time as the operator's: is the machine overloaded?)", n, perPass))
-		})
-	})
+	It("migration storm: a migrating claim's reconcile passes over 20 s of the operator's time", Label("pin"), claimMigrationStormSpec)
 })
+
+// claimDoubleBindingSpec replays the CNClaim double binding incident (MO-CLAIM-DOUBLE-BIND): claim A
+// is migrated off its pod, claim B binds that pod and is migrated too, while the binding invariant watches
+// every state of the namespace.
+func claimDoubleBindingSpec(ctx SpecContext) {
+	c := s.NewCase(GinkgoT())
+	claimReportOnExit(c)
+	// Registered before anything exists: every state of the replay is checked, transient ones included.
+	c.Invariant(claimBindingInvariant, claimBindingHolds)
+	// The migrator agent is the incident's (any pool pod but the source, used ones preferred) while the
+	// defect is live, the corrected one (idle, unreferenced pods only) once fixed: the catalog entry covers both.
+	live := moOptions.IsLive(matrixone.DefectClaimDoubleBind)
+	e := newClaimEnv(c, claimClusterSpec(2, 0))
+	e.settlePool(0, 2)
+
+	By("claim A binds p1; the migrator moves A to p2; p1 drains back to Idle")
+	e.createClaim("a", "tenant")
+	p1 := e.expectBound("a")
+	e.settlePool(1, 2)
+	p2, err := haKeeper.Migrate(ctx, c.Client, e.key("a"), live)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(p2).NotTo(Equal(p1), "the migrator moved A onto its own pod")
+	Expect(e.expectBound("a")).To(Equal(p2))
+	Eventually(func(g Gomega) {
+		p := e.pod(g, p1)
+		g.Expect(p.Labels).To(HaveKeyWithValue(matrixone.LabelPhase, matrixone.PhaseIdle))
+		g.Expect(p.Labels).To(HaveKeyWithValue(matrixone.LabelLastOwner, "tenant"))
+		g.Expect(p.Labels).NotTo(HaveKey(matrixone.LabelClaimedBy))
+	}).WithTimeout(claimTimeout).Should(Succeed(), "p1 never drained back to Idle")
+
+	By("claim B (same owner) binds p1; the migrator moves B")
+	e.createClaim("b", "tenant")
+	Expect(e.expectBound("b")).To(Equal(p1), "B prefers the pod its owner used last")
+	e.settlePool(2, 2) // maxIdle idle pods again: the corrected agent has a free target
+	target, err := haKeeper.Migrate(ctx, c.Client, e.key("b"), live)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(target).NotTo(Equal(p1), "the migrator moved B onto its own pod")
+	e.migrated("b", target, p1)
+
+	c.KnownDefect(matrixone.DefectClaimDoubleBind, func() error {
+		// The pin takes the violation as its evidence, so the case's cleanup does not fail on it again.
+		// An unknown invariant name is a harness error; wrapped below, it still fails the pin.
+		err := c.TakeViolation(claimBindingInvariant)
+		if err == nil {
+			// The invariant runs on its own goroutine after each change: check the final state here too, in
+			// case the last change has not been checked yet.
+			if ferr := claimBindingHolds(ctx, c.Reader(), c.Namespace); ferr != nil {
+				err = fmt.Errorf("invariant %q violated at the end of the replay: %w", claimBindingInvariant, ferr)
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("A moved %s -> %s, B moved %s -> %s: %w", p1, p2, p1, target, err)
+		}
+		return nil
+	})
+}
+
+// claimDeletedPodSpec deletes a pod two claims name (MO-CLAIM-BOUND-TO-MISSING-POD) and checks that both
+// claims go Lost with spec.podName cleared within the operator's cache timeout plus one resync, and that their
+// claim set replaces them.
+func claimDeletedPodSpec(ctx SpecContext) {
+	c := s.NewCase(GinkgoT())
+	claimReportOnExit(c)
+	spec := claimClusterSpec(2, 2)
+	e := newClaimEnv(c, spec)
+	set := &mov1.CNClaimSet{}
+	Expect(c.Get(spec.Names().ClaimSet, set)).To(Succeed())
+	Expect(set.Status.Claims).To(HaveLen(2))
+	a, b := set.Status.Claims[0].ClaimName, set.Status.Claims[1].ClaimName
+	pa := e.expectBound(a)
+	Expect(e.expectBound(b)).NotTo(Equal(pa))
+	e.settlePool(2, 2)
+
+	By("setup: the incident's migrator moves B onto A's pod, whose claimed-by label then names B")
+	// This is the incident's agent whatever MO-CLAIM-DOUBLE-BIND says: it builds the state in which a pod's
+	// label no longer names a claim bound to it. The defect under test is what the operator does when that
+	// pod goes away.
+	pb := e.claimPod(b)
+	target, err := haKeeper.Migrate(ctx, c.Client, e.key(b), true)
+	Expect(err).NotTo(HaveOccurred())
+	Expect(target).To(Equal(pa), "setup: the incident's agent picks the pod another claim uses")
+	e.migrated(b, pa, pb)
+	Eventually(func(g Gomega) {
+		g.Expect(e.pod(g, pa).Labels).To(HaveKeyWithValue(matrixone.LabelClaimedBy, b))
+		cl := e.claim(g, a)
+		g.Expect(cl.Spec.PodName).To(Equal(pa))
+		g.Expect(cl.Status.Phase).To(Equal(mov1.CNClaimPhaseBound))
+	}).WithTimeout(claimTimeout).Should(Succeed(), "setup: pod %s never claimed-by %s with %s still Bound to it", pa, b, a)
+
+	By("deleting A's pod, which both claims name")
+	deleted := time.Now()
+	Expect(c.Delete(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pa}})).To(Succeed())
+	Eventually(func() []suite.Change {
+		return c.Changes(suite.ChangeFilter{Kind: "Pod", Name: pa, Type: suite.Deleted})
+	}).WithTimeout(claimTimeout).ShouldNot(BeEmpty(), "pod %s was never deleted (CNStore drains it first)", pa)
+	// The claim the pod's claimed-by label names (B, unless A took the label back meanwhile) is told in every
+	// version: once it went Lost, the claim controller has handled the pod's termination (the data plane
+	// reports a pod kept by its finalizer as Succeeded) or its removal.
+	Eventually(func() bool {
+		lostA, _ := claimLostCleared(c, a)
+		lostB, _ := claimLostCleared(c, b)
+		return lostA || lostB
+	}).WithTimeout(claimTimeout).Should(BeTrue(), "neither %s nor %s went Lost after their pod %s was deleted", a, b, pa)
+
+	// The observation window is a Consistently over the operator's cache timeout plus one resync (its own
+	// durations, scaled), started once the claim controller has handled the deletion: the corrected pod
+	// watch hands every claim naming the pod to the controller on those same events, and their passes find
+	// the pod terminated or gone long after they bound (past the cache timeout), so they go Lost and clear
+	// spec.podName at once. Counting the claim's passes would not do: the defect is precisely that the claim
+	// the label does not name gets none.
+	window := moOptions.WaitCacheTimeout + moOptions.WaitCacheRequeue
+	quiet := NewGomega(func(string, ...int) {})
+	namingPod := func() []string {
+		var out []string
+		for _, name := range []string{a, b} {
+			cl := &mov1.CNClaim{}
+			if err := c.Get(name, cl); err == nil && cl.DeletionTimestamp.IsZero() && cl.Spec.PodName == pa {
+				out = append(out, fmt.Sprintf("%s (%s)", name, cl.Status.Phase))
+			}
+		}
+		return out
+	}
+	stuck := quiet.Consistently(namingPod).WithTimeout(window).WithPolling(5 * time.Millisecond).ShouldNot(BeEmpty())
+
+	c.KnownDefect(matrixone.DefectClaimBoundToMissingPod, func() error {
+		var bad []string
+		if stuck {
+			bad = append(bad, fmt.Sprintf("still naming pod %s %s after its deletion: %s", pa,
+				time.Since(deleted).Round(time.Millisecond), strings.Join(namingPod(), ", ")))
+		}
+		for _, name := range []string{a, b} {
+			if lost, cleared := claimLostCleared(c, name); lost && !cleared {
+				bad = append(bad, fmt.Sprintf("%s went Lost but kept spec.podName %s", name, pa))
+			}
+		}
+		if len(bad) > 0 {
+			return fmt.Errorf("claims %s and %s named pod %s (cache timeout plus one resync: %s of the operator's time, %s here): %s",
+				a, b, pa, time.Duration(float64(window)/fixtures.TimeScale), window, strings.Join(bad, "; "))
+		}
+		var latency []string
+		for _, name := range []string{a, b} {
+			lost, cleared := claimLostCleared(c, name)
+			if !lost || !cleared {
+				return suite.Harness(fmt.Errorf("claim %s stopped naming the deleted pod %s without going Lost and clearing spec.podName (lost=%v cleared=%v)", name, pa, lost, cleared))
+			}
+			latency = append(latency, fmt.Sprintf("%s %s", name, claimClearedAfter(c, name, deleted)))
+		}
+		// Replaced: the set counts two claims again, both Bound, neither of the lost ones.
+		if !quiet.Eventually(func(g Gomega) {
+			cs := &mov1.CNClaimSet{}
+			g.Expect(c.Get(spec.Names().ClaimSet, cs)).To(Succeed())
+			g.Expect(cs.Status.Replicas).To(BeEquivalentTo(2))
+			g.Expect(cs.Status.ReadyReplicas).To(BeEquivalentTo(2))
+			for _, cl := range cs.Status.Claims {
+				g.Expect(cl.ClaimName).NotTo(BeElementOf(a, b))
+			}
+		}).WithTimeout(claimTimeout).Should(Succeed()) {
+			return suite.Harness(fmt.Errorf("claims %s and %s went Lost with spec.podName cleared, but their claim set never replaced them", a, b))
+		}
+		AddReportEntry("pod deletion -> spec.podName cleared", strings.Join(latency, ", "))
+		return nil
+	})
+}
+
+// claimMigrationStormSpec migrates a claim off a pod whose sessions drain slowly and counts the claim's
+// reconcile passes over 20 s of the operator's time (MO-MIGRATION-STORM).
+func claimMigrationStormSpec(ctx SpecContext) {
+	c := s.NewCase(GinkgoT())
+	claimReportOnExit(c)
+	e := newClaimEnv(c, claimClusterSpec(1, 0))
+	e.settlePool(0, 1)
+	e.createClaim("a", "tenant")
+	p1 := e.expectBound("a")
+	st, ok := haKeeper.PodStore(c.Namespace, p1)
+	Expect(ok).To(BeTrue())
+	// The storm needs the source's session count to move between two passes of the claim, as the incident's
+	// did. The suite's HAKeeper drains one session per DrainTick (10 ms here: 1 s of the operator's time),
+	// slower than a pass of the miniature takes at this scale, so a client leaves the source every
+	// millisecond until the window is covered (claimChurn); then its sessions drop to 0 and the drain ends.
+	const sessions = 2000
+	Expect(haKeeper.SetSessions(c.Namespace, st.UUID, sessions)).To(Succeed())
+	e.settlePool(1, 1)
+	stopChurn := claimChurn(c.Namespace, st.UUID, sessions)
+	DeferCleanup(stopChurn)
+
+	By("the migrator moves the claim; the source drains")
+	// The corrected agent (an idle pod): the storm does not depend on the target.
+	_, err := haKeeper.Migrate(ctx, c.Client, e.key("a"), false)
+	Expect(err).NotTo(HaveOccurred())
+	// The polls below read the suite's cache, not the API server: a poll every millisecond must not load
+	// the API server the claim's passes write to (their wall time is the operator's time here).
+	migrating := func() (progress, source bool) {
+		cl := &mov1.CNClaim{}
+		if err := c.Reader().Get(ctx, e.key("a"), cl); err != nil {
+			return false, true // unknown: neither progress nor the end of the migration
+		}
+		return cl.Status.Migrate != nil, cl.Spec.SourcePod != nil
+	}
+	Eventually(func() bool {
+		progress, _ := migrating()
+		return progress
+	}).WithTimeout(claimTimeout).WithPolling(time.Millisecond).Should(BeTrue(), "the claim never reported migration progress")
+	start := time.Now()
+
+	// 20 s of the operator's time, at the fixtures' scale; the passes are placed on the operator's own
+	// timeline (suite.OperatorTimeline undoes the harness's requeue compression).
+	window := time.Duration(float64(20*time.Second) * fixtures.TimeScale)
+	var passes []suite.Pass
+	covered, ended := false, false
+	Eventually(func() bool {
+		passes = claimFinished(c.Passes(suite.PassFilter{Name: "a", Controller: matrixone.CNClaimControllerName, Since: start}))
+		tl := suite.OperatorTimeline(passes)
+		covered = len(tl) > 0 && tl[len(tl)-1] >= window
+		_, source := migrating()
+		ended = !source
+		return covered || ended
+	}).WithTimeout(claimTimeout).WithPolling(5*time.Millisecond).Should(BeTrue(), "the claim was not reconciled through the window")
+	stopChurn()
+	n := suite.PassesWithin(passes, window)
+	// A storm's passes follow each other as fast as a pass runs; that wall time counts as the operator's
+	// own (OperatorTimeline), so a loaded machine, with slower passes, fits fewer of them in the window.
+	var busy time.Duration
+	for _, p := range passes[:n] {
+		busy += p.End.Sub(p.Start)
+	}
+	perPass := time.Duration(0)
+	if n > 0 {
+		perPass = (busy / time.Duration(n)).Round(100 * time.Microsecond)
+	}
+	AddReportEntry("migrating claim's passes in 20 s of operator time", fmt.Sprintf("%d (%s of wall time per pass)", n, perPass),
+		ReportEntryVisibilityAlways)
+
+	c.KnownDefect(matrixone.DefectMigrationStorm, func() error {
+		switch {
+		case !covered || ended:
+			// Passes after the end of the migration are not a migrating claim's: no verdict.
+			return suite.Harness(fmt.Errorf("the migration ended before the window closed: %d passes counted", n))
+		case n >= 10:
+			return fmt.Errorf("%d passes in 20 s of operator time", n)
+		case n <= 3:
+			return nil
+		}
+		return suite.Harness(fmt.Errorf("%d passes in 20 s of operator time: neither fixed (at most 3) nor a storm (at least 10); "+
+			"a pass took %s of wall time on average (a storm's back-to-back passes count their wall time as the operator's: is the machine overloaded?)", n, perPass))
+	})
+}
 
 // claimPod returns the spec.podName of claim name (which must exist).
 func (e *claimEnv) claimPod(name string) string {

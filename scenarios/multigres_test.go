@@ -111,77 +111,9 @@ var _ = Describe("multigres", Label("multigres"), func() {
 		}
 	})
 
-	It("deleting the cluster removes the shard, then the tablegroup, then the cluster, and every pod", func() {
-		c := s.NewCase(GinkgoT())
-		spec := fixtures.MultigresSpec{}
-		bringUpHealthy(c, spec)
-		names := spec.Names()
+	It("deleting the cluster removes the shard, then the tablegroup, then the cluster, and every pod", clusterDeletionOrderSpec)
 
-		cluster := &mgv1.MultigresCluster{}
-		Expect(c.Get(names.Cluster, cluster)).To(Succeed())
-		Expect(c.Delete(cluster)).To(Succeed())
-		Eventually(func(g Gomega) {
-			g.Expect(apierrors.IsNotFound(c.Get(names.Cluster, &mgv1.MultigresCluster{}))).To(BeTrue(), "cluster still there")
-		}).WithTimeout(healthyTimeout).Should(Succeed())
-
-		Expect(apierrors.IsNotFound(c.Get(names.Shard, &mgv1.Shard{}))).To(BeTrue(), "the shard outlived its cluster")
-		Expect(apierrors.IsNotFound(c.Get(names.TableGroup, &mgv1.TableGroup{}))).To(BeTrue(), "the tablegroup outlived its cluster")
-		pods := &corev1.PodList{}
-		Expect(c.List(pods)).To(Succeed())
-		Expect(pods.Items).To(BeEmpty(), "pods left after the cluster is gone")
-
-		deleted := map[string]int64{}
-		for _, ch := range c.Changes(suite.ChangeFilter{Type: suite.Deleted}) {
-			rv, err := strconv.ParseInt(ch.ResourceVersion, 10, 64)
-			Expect(err).NotTo(HaveOccurred())
-			deleted[ch.Kind+"/"+ch.Name] = rv
-		}
-		shardRV, tgRV, clusterRV := deleted["Shard/"+names.Shard], deleted["TableGroup/"+names.TableGroup], deleted["MultigresCluster/"+names.Cluster]
-		Expect([]int64{shardRV, tgRV, clusterRV}).To(HaveEach(BeNumerically(">", 0)), "a deletion was not observed: %v", deleted)
-		Expect(shardRV).To(BeNumerically("<", tgRV), "the tablegroup went before its shard")
-		Expect(tgRV).To(BeNumerically("<", clusterRV), "the cluster went before its tablegroup")
-	})
-
-	It("a pool scaled 2 -> 3 while pooler registrations are held: the late pooler's role lands in podRoles", func() {
-		c := s.NewCase(GinkgoT())
-		spec := fixtures.MultigresSpec{}
-		bringUpHealthy(c, spec)
-		names := spec.Names()
-		newPod := spec.PoolPods("main", 3)[2]
-
-		topology.Hold(c.Namespace)
-		DeferCleanup(topology.Release, c.Namespace)
-		cluster := &mgv1.MultigresCluster{}
-		Expect(c.Update(names.Cluster, cluster, func() {
-			sh := &cluster.Spec.Databases[0].TableGroups[0].Shards[0]
-			p := sh.Pools["main"]
-			p.ReplicasPerCell = 3
-			sh.Pools["main"] = p
-		})).To(Succeed())
-
-		By("holding the registration until the shard has been stable for 1 s")
-		Eventually(func(g Gomega) {
-			p := &corev1.Pod{}
-			g.Expect(c.Get(newPod, p)).To(Succeed())
-			g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning))
-		}).WithTimeout(healthyTimeout).Should(Succeed())
-		c.RequireQuiescent(time.Second, 30*time.Second, suite.StateOnly())
-		sh := shardOf(c, names.Shard)
-		Expect(sh.Status.PodRoles).NotTo(HaveKey(newPod), "the held pooler's role appeared before Release: the race was not constructed")
-		Expect(sh.Status.Phase).NotTo(Equal(mgv1.PhaseHealthy), "a shard with an unregistered pooler reports Healthy")
-
-		By("releasing the registration")
-		released := time.Now()
-		topology.Release(c.Namespace)
-		Eventually(func(g Gomega) {
-			sh := &mgv1.Shard{}
-			g.Expect(c.Get(names.Shard, sh)).To(Succeed())
-			g.Expect(sh.Status.PodRoles).To(HaveKeyWithValue(newPod, "REPLICA"))
-			g.Expect(sh.Status.Phase).To(Equal(mgv1.PhaseHealthy))
-		}).WithTimeout(healthyTimeout).Should(Succeed(), "the late pooler's role never landed in podRoles")
-		Expect(podReady(c, newPod)).To(BeTrue())
-		AddReportEntry("late pooler's role landed after Release in", time.Since(released).Round(time.Millisecond).String())
-	})
+	It("a pool scaled 2 -> 3 while pooler registrations are held: the late pooler's role lands in podRoles", latePoolerRoleSpec)
 
 	It("pins MG-CONDITION-MAP-ORDER: the StorageClassValid message over a window with two missing classes", Label("pin"), func() {
 		c := s.NewCase(GinkgoT())
@@ -205,6 +137,82 @@ var _ = Describe("multigres", Label("multigres"), func() {
 		Expect(msgs[0]).To(And(ContainSubstring("missing-backup"), ContainSubstring("missing-pool")), "one verdict names every missing class")
 	})
 })
+
+// clusterDeletionOrderSpec deletes a Healthy cluster and checks that its shard, tablegroup and pods go, and
+// that the shard was deleted before the tablegroup and the tablegroup before the cluster.
+func clusterDeletionOrderSpec() {
+	c := s.NewCase(GinkgoT())
+	spec := fixtures.MultigresSpec{}
+	bringUpHealthy(c, spec)
+	names := spec.Names()
+
+	cluster := &mgv1.MultigresCluster{}
+	Expect(c.Get(names.Cluster, cluster)).To(Succeed())
+	Expect(c.Delete(cluster)).To(Succeed())
+	Eventually(func(g Gomega) {
+		g.Expect(apierrors.IsNotFound(c.Get(names.Cluster, &mgv1.MultigresCluster{}))).To(BeTrue(), "cluster still there")
+	}).WithTimeout(healthyTimeout).Should(Succeed())
+
+	Expect(apierrors.IsNotFound(c.Get(names.Shard, &mgv1.Shard{}))).To(BeTrue(), "the shard outlived its cluster")
+	Expect(apierrors.IsNotFound(c.Get(names.TableGroup, &mgv1.TableGroup{}))).To(BeTrue(), "the tablegroup outlived its cluster")
+	pods := &corev1.PodList{}
+	Expect(c.List(pods)).To(Succeed())
+	Expect(pods.Items).To(BeEmpty(), "pods left after the cluster is gone")
+
+	deleted := map[string]int64{}
+	for _, ch := range c.Changes(suite.ChangeFilter{Type: suite.Deleted}) {
+		rv, err := strconv.ParseInt(ch.ResourceVersion, 10, 64)
+		Expect(err).NotTo(HaveOccurred())
+		deleted[ch.Kind+"/"+ch.Name] = rv
+	}
+	shardRV, tgRV, clusterRV := deleted["Shard/"+names.Shard], deleted["TableGroup/"+names.TableGroup], deleted["MultigresCluster/"+names.Cluster]
+	Expect([]int64{shardRV, tgRV, clusterRV}).To(HaveEach(BeNumerically(">", 0)), "a deletion was not observed: %v", deleted)
+	Expect(shardRV).To(BeNumerically("<", tgRV), "the tablegroup went before its shard")
+	Expect(tgRV).To(BeNumerically("<", clusterRV), "the cluster went before its tablegroup")
+}
+
+// latePoolerRoleSpec scales a Healthy shard's pool from 2 to 3 pods while pooler registrations are held,
+// and checks that once they are released the late pooler's role lands in podRoles and the shard is Healthy.
+func latePoolerRoleSpec() {
+	c := s.NewCase(GinkgoT())
+	spec := fixtures.MultigresSpec{}
+	bringUpHealthy(c, spec)
+	names := spec.Names()
+	newPod := spec.PoolPods("main", 3)[2]
+
+	topology.Hold(c.Namespace)
+	DeferCleanup(topology.Release, c.Namespace)
+	cluster := &mgv1.MultigresCluster{}
+	Expect(c.Update(names.Cluster, cluster, func() {
+		sh := &cluster.Spec.Databases[0].TableGroups[0].Shards[0]
+		p := sh.Pools["main"]
+		p.ReplicasPerCell = 3
+		sh.Pools["main"] = p
+	})).To(Succeed())
+
+	By("holding the registration until the shard has been stable for 1 s")
+	Eventually(func(g Gomega) {
+		p := &corev1.Pod{}
+		g.Expect(c.Get(newPod, p)).To(Succeed())
+		g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning))
+	}).WithTimeout(healthyTimeout).Should(Succeed())
+	c.RequireQuiescent(time.Second, 30*time.Second, suite.StateOnly())
+	sh := shardOf(c, names.Shard)
+	Expect(sh.Status.PodRoles).NotTo(HaveKey(newPod), "the held pooler's role appeared before Release: the race was not constructed")
+	Expect(sh.Status.Phase).NotTo(Equal(mgv1.PhaseHealthy), "a shard with an unregistered pooler reports Healthy")
+
+	By("releasing the registration")
+	released := time.Now()
+	topology.Release(c.Namespace)
+	Eventually(func(g Gomega) {
+		sh := &mgv1.Shard{}
+		g.Expect(c.Get(names.Shard, sh)).To(Succeed())
+		g.Expect(sh.Status.PodRoles).To(HaveKeyWithValue(newPod, "REPLICA"))
+		g.Expect(sh.Status.Phase).To(Equal(mgv1.PhaseHealthy))
+	}).WithTimeout(healthyTimeout).Should(Succeed(), "the late pooler's role never landed in podRoles")
+	Expect(podReady(c, newPod)).To(BeTrue())
+	AddReportEntry("late pooler's role landed after Release in", time.Since(released).Round(time.Millisecond).String())
+}
 
 // storageClassValid returns the StorageClassValid condition's message of the case's shard ("" when absent).
 func storageClassValid(c *suite.Case, name string) string {

@@ -53,14 +53,16 @@ type Options struct {
 	// GCKinds lists prototypes (for example &corev1.Pod{}, &corev1.ConfigMap{}, &v1alpha1.Shard{}) of the kinds
 	// the garbage collector watches, both as dependents and as owners: an owner whose kind is not listed is
 	// still looked up when a dependent changes, but its own deletion does not wake the collector. Each kind
-	// must be registered in the manager's scheme. Default: Pods and ConfigMaps.
+	// must be registered in the manager's scheme. Default (empty): every kind the API server serves when the
+	// collector is set up (CRDs included, Events and Namespaces left out), as the real collector does, so no
+	// owner kind is skipped; install CRDs before the manager starts.
 	GCKinds []client.Object
 	// FieldOwner is the field manager of the kubelet's server-side-apply status writes. Default
 	// "ensemble-dataplane".
 	FieldOwner string
 }
 
-// DefaultOptions returns Options with every default filled in (GCKinds: Pods and ConfigMaps).
+// DefaultOptions returns Options with every default filled in (GCKinds stays empty: every served kind).
 func DefaultOptions() Options {
 	return Options{}.withDefaults()
 }
@@ -80,9 +82,6 @@ func (o Options) withDefaults() Options {
 	}
 	if o.CrashLoopMaxBackoff < o.CrashLoopBackoff {
 		o.CrashLoopMaxBackoff = o.CrashLoopBackoff
-	}
-	if len(o.GCKinds) == 0 {
-		o.GCKinds = defaultGCKinds()
 	}
 	if o.FieldOwner == "" {
 		o.FieldOwner = DefaultFieldOwner

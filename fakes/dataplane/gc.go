@@ -5,14 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,12 +31,41 @@ import (
 // objects (and namespaced dependents of cluster-scoped owners).
 const GCRequestName = "*"
 
-func defaultGCKinds() []client.Object {
-	return []client.Object{&corev1.Pod{}, &corev1.ConfigMap{}}
+// servedKinds returns a metadata prototype of every kind the API server serves with list, watch and delete
+// (its preferred version), but Events (they are never owned) and Namespaces (never collected). Errors:
+// discovery's, for a group it could not read.
+func servedKinds(cfg *rest.Config) ([]client.Object, error) {
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	lists, err := dc.ServerPreferredResources()
+	if err != nil {
+		return nil, fmt.Errorf("discovering the served kinds: %w", err)
+	}
+	var out []client.Object
+	for _, l := range lists {
+		gv, err := schema.ParseGroupVersion(l.GroupVersion)
+		if err != nil {
+			continue
+		}
+		for _, r := range l.APIResources {
+			verbs := sets.New(r.Verbs...)
+			if strings.Contains(r.Name, "/") || !verbs.HasAll("list", "watch", "delete") || r.Kind == "Event" ||
+				(gv.Group == "" && r.Kind == "Namespace") {
+				continue
+			}
+			p := &metav1.PartialObjectMetadata{}
+			p.SetGroupVersionKind(gv.WithKind(r.Kind))
+			out = append(out, p)
+		}
+	}
+	return out, nil
 }
 
 // GCReconciler is the owner-reference garbage collector, controller "dataplane-gc". It watches the metadata
-// of every Options.GCKinds kind in every namespace (Namespaces are never collected) and, per namespace pass:
+// of every Options.GCKinds kind (by default every served kind) in every namespace (Namespaces are never
+// collected) and, per namespace pass:
 //   - background: an object none of whose owners (matched by UID; an owner recreated under the same name is a
 //     different owner) exists any more is deleted with propagationPolicy Background and a UID precondition.
 //     Absence seen in the cache is confirmed with a live read first, so a dependent created just after its
@@ -84,7 +116,14 @@ func (g *GCReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	b := ctrl.NewControllerManagedBy(mgr).Named(GCControllerName)
 	var kinds []gcKind
-	for _, proto := range g.opts.GCKinds {
+	protos := g.opts.GCKinds
+	if len(protos) == 0 {
+		var err error
+		if protos, err = servedKinds(mgr.GetConfig()); err != nil {
+			return fmt.Errorf("GC: %w", err)
+		}
+	}
+	for _, proto := range protos {
 		gvk, err := apiutil.GVKForObject(proto, mgr.GetScheme())
 		if err != nil {
 			return fmt.Errorf("GC kind %T: %w", proto, err)
@@ -180,6 +219,11 @@ func (g *GCReconciler) gcKinds() []gcKind {
 // list returns the metadata of every GCKinds object in namespace ns from the cache. With all, it lists every
 // namespace and cluster-scoped objects.
 func (g *GCReconciler) list(ctx context.Context, ns string, all bool) ([]*metav1.PartialObjectMetadata, error) {
+	return g.listFrom(ctx, g.Client, ns, all)
+}
+
+// listFrom is list, read through r (the cache, or the API server itself).
+func (g *GCReconciler) listFrom(ctx context.Context, r client.Reader, ns string, all bool) ([]*metav1.PartialObjectMetadata, error) {
 	var out []*metav1.PartialObjectMetadata
 	for _, k := range g.gcKinds() {
 		if !all && k.namespaced == (ns == "") {
@@ -191,7 +235,7 @@ func (g *GCReconciler) list(ctx context.Context, ns string, all bool) ([]*metav1
 		if !all && ns != "" {
 			opts = append(opts, client.InNamespace(ns))
 		}
-		if err := g.Client.List(ctx, l, opts...); err != nil {
+		if err := r.List(ctx, l, opts...); err != nil {
 			return nil, fmt.Errorf("list %s: %w", k.gvk.Kind, err)
 		}
 		for i := range l.Items {
@@ -256,7 +300,7 @@ func (g *GCReconciler) Reconcile(ctx context.Context, req reconcile.Request) (re
 			continue
 		}
 		if slices.Contains(o.Finalizers, metav1.FinalizerOrphanDependents) {
-			if err := g.orphan(ctx, o, scope); err != nil {
+			if err := g.orphan(ctx, o); err != nil {
 				errs = append(errs, err)
 			}
 		}
@@ -384,8 +428,15 @@ func (g *GCReconciler) inKinds(gvk schema.GroupVersionKind) bool {
 }
 
 // orphan removes owner o's references from its dependents, then o's orphan finalizer.
-func (g *GCReconciler) orphan(ctx context.Context, o *metav1.PartialObjectMetadata, scope []*metav1.PartialObjectMetadata) error {
-	for _, d := range scope {
+//
+// The dependents are listed from the API server, not the cache: one created just before its owner's deletion
+// may not be in the cache yet, and would keep a reference to an owner that is gone.
+func (g *GCReconciler) orphan(ctx context.Context, o *metav1.PartialObjectMetadata) error {
+	live, err := g.listFrom(ctx, g.APIReader, o.Namespace, o.Namespace == "")
+	if err != nil {
+		return err
+	}
+	for _, d := range live {
 		if !referencesUID(d, o.UID) {
 			continue
 		}

@@ -159,3 +159,27 @@ func TestOrphanDeletion(t *testing.T) {
 		g.Expect(getPod(g, ns, "dep").OwnerReferences).To(BeEmpty())
 	}).WithTimeout(300 * time.Millisecond).Should(Succeed())
 }
+
+// TestGCCollectsEveryServedKind: with GCKinds left empty, dependents of kinds nobody listed (a Secret, a
+// Service, a ServiceAccount) go with their owner, so no owner kind is silently skipped.
+func TestGCCollectsEveryServedKind(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	owner := configMap(ns, "owner")
+	g.Expect(k8s.Create(ctx, owner)).To(Succeed())
+	dependents := []client.Object{
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s", OwnerReferences: refs(false, owner)}},
+		&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "svc", OwnerReferences: refs(false, owner)},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Port: 80}}}},
+		&corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "sa", OwnerReferences: refs(false, owner)}},
+	}
+	for _, d := range dependents {
+		g.Expect(k8s.Create(ctx, d)).To(Succeed())
+	}
+	g.Expect(k8s.Delete(ctx, owner)).To(Succeed())
+	for _, d := range dependents {
+		g.Eventually(exists(ns, d.GetName(), d.DeepCopyObject().(client.Object))).WithTimeout(10*time.Second).
+			Should(BeFalse(), "%T %s outlived its owner", d, d.GetName())
+	}
+}

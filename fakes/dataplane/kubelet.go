@@ -303,8 +303,7 @@ var ownedConditions = []corev1.PodConditionType{
 
 // status builds the status the kubelet reports for st (times in whole seconds, as the API stores them).
 func (k *KubeletReconciler) status(st *podState, pod *corev1.Pod, containersReady bool) *corev1.PodStatus {
-	sec := func(t time.Time) metav1.Time { return metav1.NewTime(t.Truncate(time.Second)) }
-	startTime := sec(st.firstSeen)
+	startTime := apiTime(st.firstSeen)
 	s := &corev1.PodStatus{
 		Phase:     corev1.PodRunning,
 		PodIP:     st.ip,
@@ -316,43 +315,11 @@ func (k *KubeletReconciler) status(st *podState, pod *corev1.Pod, containersRead
 	}
 	var unready []string
 	for _, c := range pod.Spec.Containers {
-		cs := corev1.ContainerStatus{
-			Name:         c.Name,
-			Image:        c.Image,
-			ImageID:      "ensemble://" + c.Image,
-			ContainerID:  fmt.Sprintf("ensemble://%s/%s/%d", pod.UID, c.Name, st.restarts),
-			RestartCount: st.restarts,
-		}
-		switch {
-		case st.terminated:
-			cs.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed",
-				StartedAt: sec(st.startedAt), FinishedAt: sec(st.terminateAt)}
-		case st.crashing:
-			cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff",
-				Message: fmt.Sprintf("back-off restarting failed container %s", c.Name)}
-		default:
-			cs.State.Running = &corev1.ContainerStateRunning{StartedAt: sec(st.startedAt)}
-			cs.Started = ptrTo(true)
-			cs.Ready = containersReady
-		}
-		if cs.Started == nil {
-			cs.Started = ptrTo(false)
-		}
-		if t := st.lastTerm; t != nil {
-			cs.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{ExitCode: t.exitCode, Reason: t.reason,
-				StartedAt: sec(t.startedAt), FinishedAt: sec(t.finishedAt)}
-		}
+		cs := containerStatus(st, pod, c, containersReady)
 		if !cs.Ready {
 			unready = append(unready, c.Name)
 		}
 		s.ContainerStatuses = append(s.ContainerStatuses, cs)
-	}
-	cond := func(t corev1.PodConditionType, ok bool, reason, msg string) corev1.PodCondition {
-		c := corev1.PodCondition{Type: t, Status: corev1.ConditionTrue}
-		if !ok {
-			c.Status, c.Reason, c.Message = corev1.ConditionFalse, reason, msg
-		}
-		return c
 	}
 	cr := len(unready) == 0
 	crMsg := fmt.Sprintf("containers with unready status: [%s]", strings.Join(unready, " "))
@@ -361,26 +328,8 @@ func (k *KubeletReconciler) status(st *podState, pod *corev1.Pod, containersRead
 		readyReason, crMsg, readyMsg = "PodCompleted", "", ""
 	}
 	if readyOK {
-		var missing, falseGates []string
-		for _, g := range pod.Spec.ReadinessGates {
-			c := findCondition(&pod.Status, g.ConditionType)
-			switch {
-			case c == nil:
-				missing = append(missing, string(g.ConditionType))
-			case c.Status != corev1.ConditionTrue:
-				falseGates = append(falseGates, string(g.ConditionType))
-			}
-		}
-		if len(missing)+len(falseGates) > 0 {
-			readyOK, readyReason = false, "ReadinessGatesNotReady"
-			var parts []string
-			if len(missing) > 0 {
-				parts = append(parts, fmt.Sprintf("corresponding condition of pod readiness gate %q does not exist.", strings.Join(missing, ", ")))
-			}
-			if len(falseGates) > 0 {
-				parts = append(parts, fmt.Sprintf("the status of pod readiness gate %q is not \"True\", but False", strings.Join(falseGates, ", ")))
-			}
-			readyMsg = strings.Join(parts, " ")
+		if msg, ok := readinessGatesMessage(pod); !ok {
+			readyOK, readyReason, readyMsg = false, "ReadinessGatesNotReady", msg
 		}
 	}
 	crReason := "ContainersNotReady"
@@ -388,13 +337,82 @@ func (k *KubeletReconciler) status(st *podState, pod *corev1.Pod, containersRead
 		crReason = "PodCompleted"
 	}
 	s.Conditions = []corev1.PodCondition{
-		cond(corev1.PodScheduled, true, "", ""),
-		cond(corev1.PodReadyToStartContainers, !st.terminated, "", ""),
-		cond(corev1.PodInitialized, true, "", ""),
-		cond(corev1.ContainersReady, cr, crReason, crMsg),
-		cond(corev1.PodReady, readyOK, readyReason, readyMsg),
+		podCondition(corev1.PodScheduled, true, "", ""),
+		podCondition(corev1.PodReadyToStartContainers, !st.terminated, "", ""),
+		podCondition(corev1.PodInitialized, true, "", ""),
+		podCondition(corev1.ContainersReady, cr, crReason, crMsg),
+		podCondition(corev1.PodReady, readyOK, readyReason, readyMsg),
 	}
 	return s
+}
+
+// apiTime returns t truncated to whole seconds, as the API stores times.
+func apiTime(t time.Time) metav1.Time { return metav1.NewTime(t.Truncate(time.Second)) }
+
+// containerStatus builds the status the kubelet reports for container c of pod in state st.
+func containerStatus(st *podState, pod *corev1.Pod, c corev1.Container, containersReady bool) corev1.ContainerStatus {
+	cs := corev1.ContainerStatus{
+		Name:         c.Name,
+		Image:        c.Image,
+		ImageID:      "ensemble://" + c.Image,
+		ContainerID:  fmt.Sprintf("ensemble://%s/%s/%d", pod.UID, c.Name, st.restarts),
+		RestartCount: st.restarts,
+	}
+	switch {
+	case st.terminated:
+		cs.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed",
+			StartedAt: apiTime(st.startedAt), FinishedAt: apiTime(st.terminateAt)}
+	case st.crashing:
+		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff",
+			Message: fmt.Sprintf("back-off restarting failed container %s", c.Name)}
+	default:
+		cs.State.Running = &corev1.ContainerStateRunning{StartedAt: apiTime(st.startedAt)}
+		cs.Started = ptrTo(true)
+		cs.Ready = containersReady
+	}
+	if cs.Started == nil {
+		cs.Started = ptrTo(false)
+	}
+	if t := st.lastTerm; t != nil {
+		cs.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{ExitCode: t.exitCode, Reason: t.reason,
+			StartedAt: apiTime(t.startedAt), FinishedAt: apiTime(t.finishedAt)}
+	}
+	return cs
+}
+
+// readinessGatesMessage checks the pod's readiness gates against its current conditions. It returns ok when
+// every gate's condition exists and is True, else the message the kubelet reports for the failing gates.
+func readinessGatesMessage(pod *corev1.Pod) (msg string, ok bool) {
+	var missing, falseGates []string
+	for _, g := range pod.Spec.ReadinessGates {
+		c := findCondition(&pod.Status, g.ConditionType)
+		switch {
+		case c == nil:
+			missing = append(missing, string(g.ConditionType))
+		case c.Status != corev1.ConditionTrue:
+			falseGates = append(falseGates, string(g.ConditionType))
+		}
+	}
+	if len(missing)+len(falseGates) == 0 {
+		return "", true
+	}
+	var parts []string
+	if len(missing) > 0 {
+		parts = append(parts, fmt.Sprintf("corresponding condition of pod readiness gate %q does not exist.", strings.Join(missing, ", ")))
+	}
+	if len(falseGates) > 0 {
+		parts = append(parts, fmt.Sprintf("the status of pod readiness gate %q is not \"True\", but False", strings.Join(falseGates, ", ")))
+	}
+	return strings.Join(parts, " "), false
+}
+
+// podCondition builds a pod condition of type t: True when ok, else False with reason and msg.
+func podCondition(t corev1.PodConditionType, ok bool, reason, msg string) corev1.PodCondition {
+	c := corev1.PodCondition{Type: t, Status: corev1.ConditionTrue}
+	if !ok {
+		c.Status, c.Reason, c.Message = corev1.ConditionFalse, reason, msg
+	}
+	return c
 }
 
 func ptrTo[T any](v T) *T { return &v }

@@ -9,7 +9,6 @@ import (
 	"github.com/ensembletest/ensemble/internal/controlplane"
 
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -58,10 +57,8 @@ func run(m *testing.M) int {
 	if err != nil {
 		panic(err)
 	}
-	dp = dataplane.New(dataplane.Options{
-		RestartAnnotations: []string{configSuffix},
-		GCKinds:            []client.Object{&corev1.Pod{}, &corev1.ConfigMap{}, &rbacv1.ClusterRole{}},
-	})
+	// GCKinds left empty: the collector watches every served kind, as the real one does.
+	dp = dataplane.New(dataplane.Options{RestartAnnotations: []string{configSuffix}})
 	if err := dp.SetupWithManager(mgr); err != nil {
 		panic(err)
 	}

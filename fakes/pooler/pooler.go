@@ -597,21 +597,33 @@ func (r *SimReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 		return reconcile.Result{}, err
 	}
 	s := r.store
-	ns := req.Namespace
 	now := time.Now()
+
+	s.mu.Lock()
+	wake := s.syncShardLocked(req.Namespace, key, pods.Items, now)
+	s.mu.Unlock()
+
+	if wake.IsZero() {
+		return reconcile.Result{}, nil
+	}
+	return reconcile.Result{RequeueAfter: max(wake.Sub(now), time.Millisecond)}, nil
+}
+
+// syncShardLocked brings the simulated topology of shard key in namespace ns in line with the shard's pods:
+// it registers the poolers of pods that have run long enough, forgets pods that are gone and plays multiorch.
+// It returns the earliest time a registration or election falls due (zero: none pending).
+func (s *Store) syncShardLocked(ns string, key topo.ShardKey, pods []corev1.Pod, now time.Time) time.Time {
 	var wake time.Time
 	due := func(t time.Time) {
 		if wake.IsZero() || t.Before(wake) {
 			wake = t
 		}
 	}
-
-	s.mu.Lock()
 	sp := s.spaceLocked(ns)
 	orchReady := false
 	present := map[string]bool{}
-	for i := range pods.Items {
-		p := &pods.Items[i]
+	for i := range pods {
+		p := &pods[i]
 		switch p.Labels[LabelComponent] {
 		case ComponentMultiorch:
 			orchReady = orchReady || podReady(p)
@@ -621,38 +633,57 @@ func (r *SimReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 			continue
 		}
 		present[p.Name] = true
-		running := p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil
-		t := sp.pods[p.Name]
-		if t == nil || t.uid != p.UID {
-			t = &podTrack{uid: p.UID, key: key, cell: p.Labels[LabelCell]}
-			sp.pods[p.Name] = t
-		}
-		if running && t.runningSince.IsZero() {
-			t.runningSince = now
-		}
-		name := PoolerNamePrefix + p.Name
-		rec := sp.poolers[name]
-		if rec != nil && rec.podUID == p.UID {
-			rec.podRunning = running
-			continue
-		}
-		if rec != nil {
-			rec.podRunning = false // the pooler of an earlier pod under this name
-		}
-		if !running || sp.queued[name] {
-			continue
-		}
-		if at := t.runningSince.Add(s.opts.RegistrationDelay); now.Before(at) {
+		if at := s.syncPoolerPodLocked(ns, sp, key, p, now); !at.IsZero() {
 			due(at)
-			continue
 		}
-		if sp.held {
-			sp.queued[name] = true
-			s.logLocked(Entry{Namespace: ns, Op: "queue", Pooler: name, Detail: "registration held", Changed: true})
-			continue
-		}
-		s.registerLocked(ns, sp, p.Name, t)
 	}
+	forgetGonePodsLocked(sp, key, present)
+	if at := s.multiorchLocked(ns, sp, key, orchReady, now); !at.IsZero() {
+		due(at)
+	}
+	return wake
+}
+
+// syncPoolerPodLocked tracks shard-pool pod p of shard key and registers its pooler once the pod has run for
+// the registration delay (or queues it while registration is held). It returns when the registration falls
+// due if the pod has not run long enough yet (zero otherwise).
+func (s *Store) syncPoolerPodLocked(ns string, sp *space, key topo.ShardKey, p *corev1.Pod, now time.Time) time.Time {
+	running := p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil
+	t := sp.pods[p.Name]
+	if t == nil || t.uid != p.UID {
+		t = &podTrack{uid: p.UID, key: key, cell: p.Labels[LabelCell]}
+		sp.pods[p.Name] = t
+	}
+	if running && t.runningSince.IsZero() {
+		t.runningSince = now
+	}
+	name := PoolerNamePrefix + p.Name
+	rec := sp.poolers[name]
+	if rec != nil && rec.podUID == p.UID {
+		rec.podRunning = running
+		return time.Time{}
+	}
+	if rec != nil {
+		rec.podRunning = false // the pooler of an earlier pod under this name
+	}
+	if !running || sp.queued[name] {
+		return time.Time{}
+	}
+	if at := t.runningSince.Add(s.opts.RegistrationDelay); now.Before(at) {
+		return at
+	}
+	if sp.held {
+		sp.queued[name] = true
+		s.logLocked(Entry{Namespace: ns, Op: "queue", Pooler: name, Detail: "registration held", Changed: true})
+		return time.Time{}
+	}
+	s.registerLocked(ns, sp, p.Name, t)
+	return time.Time{}
+}
+
+// forgetGonePodsLocked drops the tracks of shard key's pods that are no longer present, with their queued
+// registrations, and marks the poolers those pods ran as no longer running.
+func forgetGonePodsLocked(sp *space, key topo.ShardKey, present map[string]bool) {
 	for podName, t := range sp.pods {
 		if t.key != key || present[podName] {
 			continue
@@ -663,15 +694,6 @@ func (r *SimReconciler) Reconcile(ctx context.Context, req reconcile.Request) (r
 			rec.podRunning = false
 		}
 	}
-	if at := s.multiorchLocked(ns, sp, key, orchReady, now); !at.IsZero() {
-		due(at)
-	}
-	s.mu.Unlock()
-
-	if wake.IsZero() {
-		return reconcile.Result{}, nil
-	}
-	return reconcile.Result{RequeueAfter: max(wake.Sub(now), time.Millisecond)}, nil
 }
 
 // multiorchLocked plays multiorch for shard key; it returns when an election falls due (zero: none pending).

@@ -143,6 +143,8 @@ func cnDrainTimeout(pool *mov1.CNPool, opts Options) time.Duration {
 	return opts.DrainTimeout
 }
 
+// reconcile runs one pass over CN pod pod: it finalizes a pod being deleted, else ensures the finalizer, syncs
+// the store's counts into the pod's annotations and moves the pod along its phases.
 func (r *CNStoreReconciler) reconcile(ctx context.Context, pod *corev1.Pod, opts Options) (ctrl.Result, error) {
 	hk, logSet, pool, err := r.instance(ctx, pod, opts)
 	if err != nil {
@@ -152,40 +154,11 @@ func (r *CNStoreReconciler) reconcile(ctx context.Context, pod *corev1.Pod, opts
 	now := opts.Now()
 
 	if !pod.DeletionTimestamp.IsZero() {
-		if !controllerutil.ContainsFinalizer(pod, FinalizerCNDraining) {
-			return ctrl.Result{}, nil
-		}
-		if hk != nil {
-			st, err := hk.GetCNState(ctx, uuid)
-			switch {
-			case errors.Is(err, hakeeper.ErrStoreNotExist):
-			case err != nil:
-				return ctrl.Result{}, err
-			default:
-				if st.WorkState != hakeeper.WorkStateDraining && st.WorkState != hakeeper.WorkStateDrained {
-					if err := hk.PatchCNStore(ctx, uuid, hakeeper.WorkStateDraining, nil); err != nil &&
-						!errors.Is(err, hakeeper.ErrStoreNotExist) {
-						return ctrl.Result{}, err
-					}
-				}
-				if st.Sessions > 0 && now.Sub(pod.DeletionTimestamp.Time) < cnDrainTimeout(pool, opts) {
-					return ctrl.Result{RequeueAfter: opts.DrainRequeue}, nil
-				}
-			}
-			_ = hk.DeleteCNStore(ctx, uuid) // best effort
-		}
-		p := pod.DeepCopy()
-		controllerutil.RemoveFinalizer(p, FinalizerCNDraining)
-		return ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, p, client.FieldOwner(FieldOwner)))
+		return r.finalize(ctx, hk, pod, pool, uuid, now, opts)
 	}
 
-	if !controllerutil.ContainsFinalizer(pod, FinalizerCNDraining) {
-		p := pod.DeepCopy()
-		controllerutil.AddFinalizer(p, FinalizerCNDraining)
-		if err := r.Client.Update(ctx, p, client.FieldOwner(FieldOwner)); err != nil {
-			return ctrl.Result{}, err
-		}
-		*pod = *p
+	if err := r.ensureFinalizer(ctx, pod); err != nil {
+		return ctrl.Result{}, err
 	}
 	if hk == nil {
 		return ctrl.Result{RequeueAfter: opts.StoreResync}, nil
@@ -206,44 +179,108 @@ func (r *CNStoreReconciler) reconcile(ctx context.Context, pod *corev1.Pod, opts
 	result := ctrl.Result{RequeueAfter: opts.StoreResync}
 	switch pod.Labels[LabelPhase] {
 	case PhaseUnknown, "":
-		_, err := r.stores().Get(ctx, hk, pod.Namespace, logSet, uuid)
-		inCache := err == nil
-		if err != nil && !errors.Is(err, hakeeper.ErrNotInCache) {
+		if err := r.admit(ctx, hk, pod, logSet, uuid); err != nil {
 			return ctrl.Result{}, err
-		}
-		if err := r.setReady(ctx, pod, inCache); err != nil {
-			return ctrl.Result{}, err
-		}
-		if inCache {
-			if err := r.setPhase(ctx, pod, PhaseIdle); err != nil {
-				return ctrl.Result{}, err
-			}
 		}
 	case PhaseDraining:
-		reclaimed, perr := time.Parse(time.RFC3339Nano, pod.Annotations[AnnotationReclaimedAt])
-		if perr != nil {
-			reclaimed = now
-		}
-		elapsed := now.Sub(reclaimed)
-		switch {
-		case elapsed > cnDrainTimeout(pool, opts):
-			return result, r.setPhase(ctx, pod, PhaseTerminating)
-		case elapsed < opts.MinDrainDelay:
-			return ctrl.Result{RequeueAfter: opts.DrainRequeue}, nil
-		case st.Sessions == 0:
-			next := PhaseIdle
-			if pod.Annotations[AnnotationDeleteOnReclaim] == "true" {
-				next = PhaseTerminating
-			}
-			return result, r.setPhase(ctx, pod, next)
-		}
-		return ctrl.Result{RequeueAfter: opts.DrainRequeue}, nil
+		return r.drain(ctx, pod, pool, st, now, opts)
 	case PhaseBound, PhaseIdle:
 		if err := r.setReady(ctx, pod, true); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
 	return result, nil
+}
+
+// finalize handles a CN pod being deleted: it marks the store Draining, waits (requeue DrainRequeue) while the
+// store has sessions and the drain timeout has not passed since the deletion timestamp, deletes the store
+// (best effort) and removes the pod's finalizer.
+func (r *CNStoreReconciler) finalize(ctx context.Context, hk hakeeper.Client, pod *corev1.Pod, pool *mov1.CNPool,
+	uuid string, now time.Time, opts Options) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(pod, FinalizerCNDraining) {
+		return ctrl.Result{}, nil
+	}
+	if hk != nil {
+		st, err := hk.GetCNState(ctx, uuid)
+		switch {
+		case errors.Is(err, hakeeper.ErrStoreNotExist):
+		case err != nil:
+			return ctrl.Result{}, err
+		default:
+			if st.WorkState != hakeeper.WorkStateDraining && st.WorkState != hakeeper.WorkStateDrained {
+				if err := hk.PatchCNStore(ctx, uuid, hakeeper.WorkStateDraining, nil); err != nil &&
+					!errors.Is(err, hakeeper.ErrStoreNotExist) {
+					return ctrl.Result{}, err
+				}
+			}
+			if st.Sessions > 0 && now.Sub(pod.DeletionTimestamp.Time) < cnDrainTimeout(pool, opts) {
+				return ctrl.Result{RequeueAfter: opts.DrainRequeue}, nil
+			}
+		}
+		_ = hk.DeleteCNStore(ctx, uuid) // best effort
+	}
+	p := pod.DeepCopy()
+	controllerutil.RemoveFinalizer(p, FinalizerCNDraining)
+	return ctrl.Result{}, client.IgnoreNotFound(r.Client.Update(ctx, p, client.FieldOwner(FieldOwner)))
+}
+
+// ensureFinalizer puts the matrixorigin.io/cn-draining finalizer on the pod when it is missing.
+func (r *CNStoreReconciler) ensureFinalizer(ctx context.Context, pod *corev1.Pod) error {
+	if controllerutil.ContainsFinalizer(pod, FinalizerCNDraining) {
+		return nil
+	}
+	p := pod.DeepCopy()
+	controllerutil.AddFinalizer(p, FinalizerCNDraining)
+	if err := r.Client.Update(ctx, p, client.FieldOwner(FieldOwner)); err != nil {
+		return err
+	}
+	*pod = *p
+	return nil
+}
+
+// admit handles a pod in phase Unknown: it sets the readiness condition from whether the store is in the
+// StoreCache, and moves the pod to Idle once it is.
+func (r *CNStoreReconciler) admit(ctx context.Context, hk hakeeper.Client, pod *corev1.Pod, logSet, uuid string) error {
+	_, err := r.stores().Get(ctx, hk, pod.Namespace, logSet, uuid)
+	inCache := err == nil
+	if err != nil && !errors.Is(err, hakeeper.ErrNotInCache) {
+		return err
+	}
+	if err := r.setReady(ctx, pod, inCache); err != nil {
+		return err
+	}
+	if inCache {
+		if err := r.setPhase(ctx, pod, PhaseIdle); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// drain handles a pod in phase Draining: Terminating past the drain timeout (from reclaimed-at), a requeue
+// after DrainRequeue before MinDrainDelay, Idle (Terminating with delete-on-reclaim=true) once the store's
+// sessions are 0, else a requeue after DrainRequeue.
+func (r *CNStoreReconciler) drain(ctx context.Context, pod *corev1.Pod, pool *mov1.CNPool, st hakeeper.CNStore,
+	now time.Time, opts Options) (ctrl.Result, error) {
+	result := ctrl.Result{RequeueAfter: opts.StoreResync}
+	reclaimed, perr := time.Parse(time.RFC3339Nano, pod.Annotations[AnnotationReclaimedAt])
+	if perr != nil {
+		reclaimed = now
+	}
+	elapsed := now.Sub(reclaimed)
+	switch {
+	case elapsed > cnDrainTimeout(pool, opts):
+		return result, r.setPhase(ctx, pod, PhaseTerminating)
+	case elapsed < opts.MinDrainDelay:
+		return ctrl.Result{RequeueAfter: opts.DrainRequeue}, nil
+	case st.Sessions == 0:
+		next := PhaseIdle
+		if pod.Annotations[AnnotationDeleteOnReclaim] == "true" {
+			next = PhaseTerminating
+		}
+		return result, r.setPhase(ctx, pod, next)
+	}
+	return ctrl.Result{RequeueAfter: opts.DrainRequeue}, nil
 }
 
 // syncScore writes the score and deletion-cost annotations from the store's counts, when they changed.

@@ -476,48 +476,15 @@ func (r *podSetReconciler) observe(ctx context.Context, obj client.Object, spec 
 	if err != nil {
 		return nil, err
 	}
-	var views []podView
-	var extra []*corev1.Pod
-	have := map[int]bool{}
-	for _, p := range owned {
-		i, ok := podOrdinal(obj.GetName(), p.Name)
-		if !ok || i >= int(spec.Replicas) {
-			extra = append(extra, p)
-			continue
-		}
-		have[i] = true
-		views = append(views, podView{Name: p.Name, Ordinal: i, Suffix: p.Annotations[AnnotationConfigSuffix],
-			Ready: isPodReady(p) && inPlaceUpdateDone(p)})
-	}
-	slices.SortFunc(views, func(a, b podView) int { return a.Ordinal - b.Ordinal })
+	views, extra, missing := partitionPods(obj.GetName(), spec.Replicas, owned)
 	*status = podSetStatusFor(*status, obj.GetGeneration(), spec.Replicas, digest, views, len(extra),
 		metav1.NewTime(opts.Now()))
 
-	var missing []int
-	for i := range int(spec.Replicas) {
-		if !have[i] {
-			missing = append(missing, i)
-		}
-	}
 	if len(missing) > 0 {
-		return func(ctx context.Context) error {
-			for _, i := range missing {
-				if err := r.client.Create(ctx, r.podFor(obj, i, digest), client.FieldOwner(FieldOwner)); err != nil {
-					return fmt.Errorf("create pod %s: %w", PodSetPodName(obj.GetName(), i), err)
-				}
-			}
-			return nil
-		}, nil
+		return r.createPodsAction(obj, missing, digest), nil
 	}
 	if len(extra) > 0 {
-		return func(ctx context.Context) error {
-			for _, p := range extra {
-				if err := r.client.Delete(ctx, p); client.IgnoreNotFound(err) != nil {
-					return fmt.Errorf("delete pod %s: %w", p.Name, err)
-				}
-			}
-			return nil
-		}, nil
+		return r.deletePodsAction(extra), nil
 	}
 
 	var targets []string
@@ -540,6 +507,60 @@ func (r *podSetReconciler) observe(ctx context.Context, obj client.Object, spec 
 	if len(targets) == 0 {
 		return nil, nil
 	}
+	return r.patchSuffixAction(owned, targets, digest), nil
+}
+
+// partitionPods sorts the pods a set named set owns into the views of the pods within its replicas (by
+// ordinal) and the extra pods to delete, and lists the ordinals below replicas that have no pod.
+func partitionPods(set string, replicas int32, owned []*corev1.Pod) (views []podView, extra []*corev1.Pod,
+	missing []int) {
+	have := map[int]bool{}
+	for _, p := range owned {
+		i, ok := podOrdinal(set, p.Name)
+		if !ok || i >= int(replicas) {
+			extra = append(extra, p)
+			continue
+		}
+		have[i] = true
+		views = append(views, podView{Name: p.Name, Ordinal: i, Suffix: p.Annotations[AnnotationConfigSuffix],
+			Ready: isPodReady(p) && inPlaceUpdateDone(p)})
+	}
+	slices.SortFunc(views, func(a, b podView) int { return a.Ordinal - b.Ordinal })
+	for i := range int(replicas) {
+		if !have[i] {
+			missing = append(missing, i)
+		}
+	}
+	return views, extra, missing
+}
+
+// createPodsAction returns the action that creates obj's pods of the missing ordinals, on config digest.
+func (r *podSetReconciler) createPodsAction(obj client.Object, missing []int, digest string) podSetAction {
+	return func(ctx context.Context) error {
+		for _, i := range missing {
+			if err := r.client.Create(ctx, r.podFor(obj, i, digest), client.FieldOwner(FieldOwner)); err != nil {
+				return fmt.Errorf("create pod %s: %w", PodSetPodName(obj.GetName(), i), err)
+			}
+		}
+		return nil
+	}
+}
+
+// deletePodsAction returns the action that deletes the extra pods.
+func (r *podSetReconciler) deletePodsAction(extra []*corev1.Pod) podSetAction {
+	return func(ctx context.Context) error {
+		for _, p := range extra {
+			if err := r.client.Delete(ctx, p); client.IgnoreNotFound(err) != nil {
+				return fmt.Errorf("delete pod %s: %w", p.Name, err)
+			}
+		}
+		return nil
+	}
+}
+
+// patchSuffixAction returns the action that patches the config suffix and in-place update state of the
+// owned pods named in targets to digest, which restarts them in place.
+func (r *podSetReconciler) patchSuffixAction(owned []*corev1.Pod, targets []string, digest string) podSetAction {
 	byName := map[string]*corev1.Pod{}
 	for _, p := range owned {
 		byName[p.Name] = p
@@ -565,7 +586,7 @@ func (r *podSetReconciler) observe(ctx context.Context, obj client.Object, spec 
 			log.FromContext(ctx).Info("config suffix patched: in-place restart", "pod", name, "suffix", digest)
 		}
 		return nil
-	}, nil
+	}
 }
 
 // predecessorsSettled reports whether the components that restart before obj's are Ready again on the new

@@ -62,18 +62,7 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	}
 
 	if !cluster.DeletionTimestamp.IsZero() {
-		for i := range owned {
-			tg := &owned[i]
-			if tg.DeletionTimestamp.IsZero() {
-				if err := r.Client.Delete(ctx, tg); client.IgnoreNotFound(err) != nil {
-					return ctrl.Result{}, fmt.Errorf("delete tablegroup %s: %w", tg.Name, err)
-				}
-			}
-		}
-		if len(owned) > 0 {
-			return ctrl.Result{RequeueAfter: opts.DrainRequeue}, nil
-		}
-		return ctrl.Result{}, removeFinalizer(ctx, r.Client, cluster, FinalizerClusterCleanup, FieldOwnerOperator)
+		return r.finalize(ctx, cluster, owned, opts)
 	}
 	if err := ensureFinalizer(ctx, r.Client, cluster, FinalizerClusterCleanup, FieldOwnerOperator); err != nil {
 		return ctrl.Result{}, err
@@ -99,10 +88,46 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 		}
 	}
 
-	byName := map[string]*mgv1.TableGroup{}
+	if result, err = r.retireTableGroups(ctx, owned, want, result, opts); err != nil {
+		return ctrl.Result{}, err
+	}
+
+	st := clusterStatus(cluster, desired, owned)
+	m, err := toMap(&st)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	u := statusPayload(gvkCluster, cluster.Namespace, cluster.Name, m)
+	if err := applyStatus(ctx, r.Client, u, FieldOwnerOperator); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	return result, nil
+}
+
+// finalize handles a cluster being deleted: it deletes the owned TableGroups not yet being deleted, requeues
+// after DrainRequeue while any remain, and then removes the cluster's finalizer.
+func (r *ClusterReconciler) finalize(ctx context.Context, cluster *mgv1.MultigresCluster, owned []mgv1.TableGroup,
+	opts Options) (ctrl.Result, error) {
 	for i := range owned {
 		tg := &owned[i]
-		byName[tg.Name] = tg
+		if tg.DeletionTimestamp.IsZero() {
+			if err := r.Client.Delete(ctx, tg); client.IgnoreNotFound(err) != nil {
+				return ctrl.Result{}, fmt.Errorf("delete tablegroup %s: %w", tg.Name, err)
+			}
+		}
+	}
+	if len(owned) > 0 {
+		return ctrl.Result{RequeueAfter: opts.DrainRequeue}, nil
+	}
+	return ctrl.Result{}, removeFinalizer(ctx, r.Client, cluster, FinalizerClusterCleanup, FieldOwnerOperator)
+}
+
+// retireTableGroups sends the owned TableGroups the cluster no longer wants through the pending-deletion
+// handshake. It returns result with RequeueAfter lowered to PendingDeletionRequeue when any is retiring.
+func (r *ClusterReconciler) retireTableGroups(ctx context.Context, owned []mgv1.TableGroup, want map[string]bool,
+	result ctrl.Result, opts Options) (ctrl.Result, error) {
+	for i := range owned {
+		tg := &owned[i]
 		if want[tg.Name] || !tg.DeletionTimestamp.IsZero() {
 			continue
 		}
@@ -120,7 +145,17 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 			}
 		}
 	}
+	return result, nil
+}
 
+// clusterStatus computes the cluster's status from its desired and owned TableGroups: Healthy when every
+// desired TableGroup is Healthy on its current generation and none other is owned, else Progressing.
+func clusterStatus(cluster *mgv1.MultigresCluster, desired []*mgv1.TableGroup,
+	owned []mgv1.TableGroup) mgv1.MultigresClusterStatus {
+	byName := map[string]*mgv1.TableGroup{}
+	for i := range owned {
+		byName[owned[i].Name] = &owned[i]
+	}
 	st := mgv1.MultigresClusterStatus{ObservedGeneration: cluster.Generation, TotalTableGroups: int32(len(desired))}
 	for _, d := range desired {
 		if tg := byName[d.Name]; tg != nil && tg.Status.ObservedGeneration == tg.Generation &&
@@ -132,15 +167,7 @@ func (r *ClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ct
 	if st.ReadyTableGroups == st.TotalTableGroups && len(owned) == len(desired) {
 		st.Phase = mgv1.PhaseHealthy
 	}
-	m, err := toMap(&st)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	u := statusPayload(gvkCluster, cluster.Namespace, cluster.Name, m)
-	if err := applyStatus(ctx, r.Client, u, FieldOwnerOperator); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	return result, nil
+	return st
 }
 
 // register records the cluster's cells and databases in topology (idempotent, every pass).

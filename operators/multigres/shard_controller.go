@@ -110,7 +110,6 @@ func (p shardPods) poolList(opts Options) []corev1.Pod {
 // than topo.ErrUnavailable are returned.
 func (r *ShardReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	opts := r.Options.withDefaults()
-	logger := log.FromContext(ctx)
 	if r.Topo == nil {
 		return ctrl.Result{}, errors.New("ShardReconciler.Topo is nil")
 	}
@@ -147,50 +146,11 @@ func (r *ShardReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	}
 
 	// 3. StorageClass guard (backup), multiorch pods, guard (pools).
-	backup := shard.Spec.BackupStorageClass
-	var backupMissing []string
-	if backup != "" {
-		if backupMissing, err = missingStorageClasses(ctx, r.Client, []string{backup}); err != nil {
-			return ctrl.Result{}, err
-		}
-	}
-	poolMissing, err := missingStorageClasses(ctx, r.Client,
-		poolStorageClasses(shard.Spec.Pools, opts.IsLive(DefectConditionMapOrder)))
+	created, classMissing, err := r.guardStorageClasses(ctx, shard, pods, opts)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	split := opts.IsLive(DefectStorageClassSplitWriters)
-	if split {
-		// MG-STORAGECLASS-SPLIT-WRITERS (defective): the backup check writes StorageClassValid with its own
-		// message; the pool check below overwrites it with another, every pass.
-		if backup != "" {
-			if err := r.writeStorageClassValid(ctx, shard,
-				backupStorageClassCondition(backup, len(backupMissing) > 0, shard.Generation), opts); err != nil {
-				return ctrl.Result{}, err
-			}
-		}
-	} else {
-		// Fixed: one verdict over every class, written once and skipped when unchanged.
-		all := append(append([]string{}, backupMissing...), poolMissing...)
-		if err := r.writeStorageClassValid(ctx, shard, storageClassCondition(all, shard.Generation), opts); err != nil {
-			return ctrl.Result{}, err
-		}
-	}
-	if len(backupMissing) > 0 {
-		logger.Info("backup storage class missing; requeue", "class", backup, "after", opts.StorageClassRequeue)
-		return ctrl.Result{RequeueAfter: opts.StorageClassRequeue}, nil
-	}
-	created, err := r.ensureMultiorchPods(ctx, shard, pods)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	if split {
-		if err := r.writeStorageClassValid(ctx, shard, poolStorageClassCondition(poolMissing, shard.Generation), opts); err != nil {
-			return ctrl.Result{}, err
-		}
-	}
-	if len(poolMissing) > 0 {
-		logger.Info("pool storage classes missing; requeue", "classes", poolMissing, "after", opts.StorageClassRequeue)
+	if classMissing {
 		return ctrl.Result{RequeueAfter: opts.StorageClassRequeue}, nil
 	}
 
@@ -202,17 +162,12 @@ func (r *ShardReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	created += n
 
 	// 5. Data plane.
-	poolers, err := r.Topo.Poolers(ctx, shard.Namespace, shardKey(shard))
-	if errors.Is(err, topo.ErrUnavailable) {
-		logger.Info("topology unavailable; requeue", "after", opts.TopologyUnavailableRequeue)
-		return ctrl.Result{RequeueAfter: opts.TopologyUnavailableRequeue}, nil
-	}
-	if err != nil {
-		return ctrl.Result{}, fmt.Errorf("list poolers: %w", err)
-	}
-	dp, err := r.dataPlane(ctx, shard, pods, poolList, poolers, opts)
+	dp, topoUnavailable, err := r.syncDataPlane(ctx, shard, pods, poolList, opts)
 	if err != nil {
 		return ctrl.Result{}, err
+	}
+	if topoUnavailable {
+		return ctrl.Result{RequeueAfter: opts.TopologyUnavailableRequeue}, nil
 	}
 
 	// 6. Result.
@@ -231,6 +186,81 @@ func (r *ShardReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		res = minRequeue(res, opts.DrainRequeue)
 	}
 	return res, nil
+}
+
+// guardStorageClasses is step 3: it checks the backup and pool StorageClasses, writes StorageClassValid and
+// ensures the multiorch pods in between. It returns the number of multiorch pods created or deleted, and
+// classMissing when a class is missing and the pass should requeue after StorageClassRequeue.
+func (r *ShardReconciler) guardStorageClasses(ctx context.Context, shard *mgv1.Shard, pods shardPods,
+	opts Options) (created int, classMissing bool, err error) {
+	logger := log.FromContext(ctx)
+	backup := shard.Spec.BackupStorageClass
+	var backupMissing []string
+	if backup != "" {
+		if backupMissing, err = missingStorageClasses(ctx, r.Client, []string{backup}); err != nil {
+			return 0, false, err
+		}
+	}
+	poolMissing, err := missingStorageClasses(ctx, r.Client,
+		poolStorageClasses(shard.Spec.Pools, opts.IsLive(DefectConditionMapOrder)))
+	if err != nil {
+		return 0, false, err
+	}
+	split := opts.IsLive(DefectStorageClassSplitWriters)
+	if split {
+		// MG-STORAGECLASS-SPLIT-WRITERS (defective): the backup check writes StorageClassValid with its own
+		// message; the pool check below overwrites it with another, every pass.
+		if backup != "" {
+			if err := r.writeStorageClassValid(ctx, shard,
+				backupStorageClassCondition(backup, len(backupMissing) > 0, shard.Generation), opts); err != nil {
+				return 0, false, err
+			}
+		}
+	} else {
+		// Fixed: one verdict over every class, written once and skipped when unchanged.
+		all := append(append([]string{}, backupMissing...), poolMissing...)
+		if err := r.writeStorageClassValid(ctx, shard, storageClassCondition(all, shard.Generation), opts); err != nil {
+			return 0, false, err
+		}
+	}
+	if len(backupMissing) > 0 {
+		logger.Info("backup storage class missing; requeue", "class", backup, "after", opts.StorageClassRequeue)
+		return 0, true, nil
+	}
+	created, err = r.ensureMultiorchPods(ctx, shard, pods)
+	if err != nil {
+		return 0, false, err
+	}
+	if split {
+		if err := r.writeStorageClassValid(ctx, shard, poolStorageClassCondition(poolMissing, shard.Generation), opts); err != nil {
+			return 0, false, err
+		}
+	}
+	if len(poolMissing) > 0 {
+		logger.Info("pool storage classes missing; requeue", "classes", poolMissing, "after", opts.StorageClassRequeue)
+		return 0, true, nil
+	}
+	return created, false, nil
+}
+
+// syncDataPlane is step 5: it reads the shard's poolers from topology and runs the data plane over them. It
+// returns topoUnavailable when topology is unavailable and the pass should requeue after
+// TopologyUnavailableRequeue.
+func (r *ShardReconciler) syncDataPlane(ctx context.Context, shard *mgv1.Shard, pods shardPods,
+	poolList []corev1.Pod, opts Options) (dp dataPlaneResult, topoUnavailable bool, err error) {
+	poolers, err := r.Topo.Poolers(ctx, shard.Namespace, shardKey(shard))
+	if errors.Is(err, topo.ErrUnavailable) {
+		log.FromContext(ctx).Info("topology unavailable; requeue", "after", opts.TopologyUnavailableRequeue)
+		return dataPlaneResult{}, true, nil
+	}
+	if err != nil {
+		return dataPlaneResult{}, false, fmt.Errorf("list poolers: %w", err)
+	}
+	dp, err = r.dataPlane(ctx, shard, pods, poolList, poolers, opts)
+	if err != nil {
+		return dataPlaneResult{}, false, err
+	}
+	return dp, false, nil
 }
 
 // updateStatus applies st as the whole status (every field, conditions except StorageClassValid) with field owner

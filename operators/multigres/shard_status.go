@@ -94,16 +94,7 @@ func statusMessage(poolsReady, orchReady bool) string {
 func computeShardStatus(shard *mgv1.Shard, poolPods, orchPods []corev1.Pod, podsLeft int, now metav1.Time) mgv1.ShardStatus {
 	st := mgv1.ShardStatus{ObservedGeneration: shard.Generation, Cells: shardCells(shard)}
 
-	orchByName := map[string]*corev1.Pod{}
-	for i := range orchPods {
-		orchByName[orchPods[i].Name] = &orchPods[i]
-	}
-	st.OrchReady = true
-	for _, cell := range orchCells(shard) {
-		if p := orchByName[MultiorchPodName(shard.Name, cell)]; p == nil || !podReady(p) {
-			st.OrchReady = false
-		}
-	}
+	st.OrchReady = orchPodsReady(shard, orchPods)
 
 	existing := map[string]bool{}
 	allReady := true
@@ -144,20 +135,7 @@ func computeShardStatus(shard *mgv1.Shard, poolPods, orchPods []corev1.Pod, pods
 		avail.Status = metav1.ConditionTrue
 	}
 
-	inconsistent := 0
-	for i := range poolPods {
-		c := podCondition(&poolPods[i], PodConditionPoolerDataReady)
-		if shard.Status.PodRoles[poolPods[i].Name] == "" || c == nil || c.Status != corev1.ConditionTrue {
-			inconsistent++
-		}
-	}
-	posture := metav1.Condition{Type: mgv1.ConditionPostureConsistent, Status: metav1.ConditionTrue,
-		Reason: "PostureConsistent", Message: "every pool pod has a role and PoolerDataReady",
-		ObservedGeneration: shard.Generation}
-	if inconsistent > 0 {
-		posture.Status, posture.Reason = metav1.ConditionFalse, "PostureInconsistent"
-		posture.Message = fmt.Sprintf("%d of %d pool pod(s) without a role or PoolerDataReady", inconsistent, len(poolPods))
-	}
+	posture := postureCondition(shard, poolPods)
 
 	st.Conditions = []metav1.Condition{
 		carryCondition(shard.Status.Conditions, avail, now),
@@ -172,4 +150,39 @@ func computeShardStatus(shard *mgv1.Shard, poolPods, orchPods []corev1.Pod, pods
 		st.Conditions = append(st.Conditions, carryCondition(shard.Status.Conditions, rfd, now))
 	}
 	return st
+}
+
+// orchPodsReady reports whether every cell with a multiorch pod has its pod among orchPods, Ready.
+func orchPodsReady(shard *mgv1.Shard, orchPods []corev1.Pod) bool {
+	orchByName := map[string]*corev1.Pod{}
+	for i := range orchPods {
+		orchByName[orchPods[i].Name] = &orchPods[i]
+	}
+	ready := true
+	for _, cell := range orchCells(shard) {
+		if p := orchByName[MultiorchPodName(shard.Name, cell)]; p == nil || !podReady(p) {
+			ready = false
+		}
+	}
+	return ready
+}
+
+// postureCondition is the PostureConsistent condition: True when every pool pod has a role in the shard's
+// current podRoles and PoolerDataReady True, else False with the count of those that do not.
+func postureCondition(shard *mgv1.Shard, poolPods []corev1.Pod) metav1.Condition {
+	inconsistent := 0
+	for i := range poolPods {
+		c := podCondition(&poolPods[i], PodConditionPoolerDataReady)
+		if shard.Status.PodRoles[poolPods[i].Name] == "" || c == nil || c.Status != corev1.ConditionTrue {
+			inconsistent++
+		}
+	}
+	posture := metav1.Condition{Type: mgv1.ConditionPostureConsistent, Status: metav1.ConditionTrue,
+		Reason: "PostureConsistent", Message: "every pool pod has a role and PoolerDataReady",
+		ObservedGeneration: shard.Generation}
+	if inconsistent > 0 {
+		posture.Status, posture.Reason = metav1.ConditionFalse, "PostureInconsistent"
+		posture.Message = fmt.Sprintf("%d of %d pool pod(s) without a role or PoolerDataReady", inconsistent, len(poolPods))
+	}
+	return posture
 }

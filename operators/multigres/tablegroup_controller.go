@@ -50,18 +50,7 @@ func (r *TableGroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 	}
 
 	if !tg.DeletionTimestamp.IsZero() {
-		for i := range owned {
-			s := &owned[i]
-			if s.DeletionTimestamp.IsZero() {
-				if err := r.Client.Delete(ctx, s); client.IgnoreNotFound(err) != nil {
-					return ctrl.Result{}, fmt.Errorf("delete shard %s: %w", s.Name, err)
-				}
-			}
-		}
-		if len(owned) > 0 {
-			return ctrl.Result{RequeueAfter: opts.DrainRequeue}, nil
-		}
-		return ctrl.Result{}, removeFinalizer(ctx, r.Client, tg, FinalizerClusterCleanup, FieldOwnerOperator)
+		return r.finalize(ctx, tg, owned, opts)
 	}
 	if err := ensureFinalizer(ctx, r.Client, tg, FinalizerClusterCleanup, FieldOwnerOperator); err != nil {
 		return ctrl.Result{}, err
@@ -79,11 +68,48 @@ func (r *TableGroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		}
 	}
 
-	var result ctrl.Result
-	byName := map[string]*mgv1.Shard{}
+	result, err := r.retireShards(ctx, owned, want, opts)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+
+	st := tableGroupStatus(tg, desired, owned, opts)
+	m, err := toMap(&st)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := applyStatus(ctx, r.Client, statusPayload(gvkTableGroup, tg.Namespace, tg.Name, m),
+		FieldOwnerOperator); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	return result, nil
+}
+
+// finalize handles a TableGroup being deleted: it deletes the owned Shards not yet being deleted, requeues
+// after DrainRequeue while any remain, and then removes the TableGroup's finalizer.
+func (r *TableGroupReconciler) finalize(ctx context.Context, tg *mgv1.TableGroup, owned []mgv1.Shard,
+	opts Options) (ctrl.Result, error) {
 	for i := range owned {
 		s := &owned[i]
-		byName[s.Name] = s
+		if s.DeletionTimestamp.IsZero() {
+			if err := r.Client.Delete(ctx, s); client.IgnoreNotFound(err) != nil {
+				return ctrl.Result{}, fmt.Errorf("delete shard %s: %w", s.Name, err)
+			}
+		}
+	}
+	if len(owned) > 0 {
+		return ctrl.Result{RequeueAfter: opts.DrainRequeue}, nil
+	}
+	return ctrl.Result{}, removeFinalizer(ctx, r.Client, tg, FinalizerClusterCleanup, FieldOwnerOperator)
+}
+
+// retireShards marks the owned Shards the TableGroup no longer wants pending deletion, and deletes those whose
+// ReadyForDeletion is True. It returns a requeue after PendingDeletionRequeue when any is retiring.
+func (r *TableGroupReconciler) retireShards(ctx context.Context, owned []mgv1.Shard, want map[string]bool,
+	opts Options) (ctrl.Result, error) {
+	var result ctrl.Result
+	for i := range owned {
+		s := &owned[i]
 		if want[s.Name] || !s.DeletionTimestamp.IsZero() {
 			continue
 		}
@@ -100,7 +126,18 @@ func (r *TableGroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 			}
 		}
 	}
+	return result, nil
+}
 
+// tableGroupStatus computes the TableGroup's status from its desired and owned Shards: Healthy when every
+// desired Shard is Healthy on its current generation and none other is owned, else Progressing; with the
+// ReadyForDeletion condition while the TableGroup is pending deletion.
+func tableGroupStatus(tg *mgv1.TableGroup, desired []*mgv1.Shard, owned []mgv1.Shard,
+	opts Options) mgv1.TableGroupStatus {
+	byName := map[string]*mgv1.Shard{}
+	for i := range owned {
+		byName[owned[i].Name] = &owned[i]
+	}
 	st := mgv1.TableGroupStatus{ObservedGeneration: tg.Generation, TotalShards: int32(len(desired))}
 	for _, d := range desired {
 		if s := byName[d.Name]; s != nil && s.Status.ObservedGeneration == s.Generation &&
@@ -121,15 +158,7 @@ func (r *TableGroupReconciler) Reconcile(ctx context.Context, req ctrl.Request) 
 		}
 		st.Conditions = []metav1.Condition{carryCondition(tg.Status.Conditions, c, metav1.NewTime(opts.Now()))}
 	}
-	m, err := toMap(&st)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	if err := applyStatus(ctx, r.Client, statusPayload(gvkTableGroup, tg.Namespace, tg.Name, m),
-		FieldOwnerOperator); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	return result, nil
+	return st
 }
 
 // ownedShards lists the Shards in the TableGroup's namespace labelled with its database and table group and
