@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# build.sh builds kube-apiserver and etcd from their Go modules into setup-envtest's layout, so envtest runs
-# on a machine that cannot download release binaries (setup-envtest would download them).
+# build.sh builds kube-apiserver, kube-controller-manager and etcd from their Go modules into setup-envtest's
+# layout, so envtest runs on a machine that cannot download release binaries (setup-envtest would download them).
 #
 # Usage: tools/envtest/build.sh            build what is missing, print the assets directory last
 #        tools/envtest/build.sh --dir      print the assets directory only
 #
 # KUBEBUILDER_ASSETS, when set, wins: the binaries there are checked, never built.
-# A build is skipped when both binaries exist and answer --version with the expected version.
+# A binary's build is skipped when it exists and answers --version with the expected version.
 set -euo pipefail
 
 KUBE_VERSION=1.37.2
@@ -34,26 +34,35 @@ answers() {
   [[ $'\n'"$out"$'\n' == *$'\n'"$2"$'\n'* ]]
 }
 kube_ok() { answers "$dir/kube-apiserver" "Kubernetes v${KUBE_VERSION}"; }
+kcm_ok() { answers "$dir/kube-controller-manager" "Kubernetes v${KUBE_VERSION}"; }
 etcd_ok() { answers "$dir/etcd" "etcd Version: ${ETCD_VERSION}"; }
 
-if kube_ok && etcd_ok; then
-  echo "envtest binaries present at $dir (kube-apiserver v${KUBE_VERSION}, etcd v${ETCD_VERSION}); nothing to build" >&2
+if kube_ok && kcm_ok && etcd_ok; then
+  echo "envtest binaries present at $dir (kube-apiserver v${KUBE_VERSION}, kube-controller-manager v${KUBE_VERSION}, etcd v${ETCD_VERSION}); nothing to build" >&2
   echo "$dir"
   exit 0
 fi
 if [[ -n "${KUBEBUILDER_ASSETS:-}" ]]; then
-  echo "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS does not hold kube-apiserver v${KUBE_VERSION} and etcd v${ETCD_VERSION}: point it at a directory that does, or unset it and the binaries are built into $default_dir" >&2
+  echo "KUBEBUILDER_ASSETS=$KUBEBUILDER_ASSETS does not hold kube-apiserver v${KUBE_VERSION}, kube-controller-manager v${KUBE_VERSION} and etcd v${ETCD_VERSION}: point it at a directory that does, or unset it and the binaries are built into $default_dir" >&2
   exit 1
 fi
 
 mkdir -p "$dir"
 start=$(date +%s)
+# build_kube NAME builds k8s.io/kubernetes/cmd/NAME into $dir/NAME, its version stamped as a release's is.
+build_kube() {
+  (cd "$here" && go build -trimpath -o "$dir/$1.tmp" \
+    -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v${KUBE_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37" \
+    "k8s.io/kubernetes/cmd/$1")
+  mv "$dir/$1.tmp" "$dir/$1"
+}
 if ! kube_ok; then
   echo "building kube-apiserver v${KUBE_VERSION} from k8s.io/kubernetes (about 5 minutes on 2 cores)..." >&2
-  (cd "$here" && go build -trimpath -o "$dir/kube-apiserver.tmp" \
-    -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v${KUBE_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37" \
-    k8s.io/kubernetes/cmd/kube-apiserver)
-  mv "$dir/kube-apiserver.tmp" "$dir/kube-apiserver"
+  build_kube kube-apiserver
+fi
+if ! kcm_ok; then
+  echo "building kube-controller-manager v${KUBE_VERSION} from k8s.io/kubernetes (about 9 minutes on 2 cores, 4 when kube-apiserver has just been built)..." >&2
+  build_kube kube-controller-manager
 fi
 if ! etcd_ok; then
   echo "building etcd v${ETCD_VERSION} from go.etcd.io/etcd/server/v3..." >&2
@@ -61,6 +70,7 @@ if ! etcd_ok; then
   mv "$dir/etcd.tmp" "$dir/etcd"
 fi
 kube_ok || { echo "built kube-apiserver does not answer v${KUBE_VERSION} to --version" >&2; exit 1; }
+kcm_ok || { echo "built kube-controller-manager does not answer v${KUBE_VERSION} to --version" >&2; exit 1; }
 etcd_ok || { echo "built etcd does not answer ${ETCD_VERSION} to --version" >&2; exit 1; }
 echo "envtest binaries built in $(( $(date +%s) - start ))s at $dir" >&2
 echo "$dir"
