@@ -6,7 +6,7 @@ GO ?= go
 BIN := $(CURDIR)/bin
 CONTROLLER_GEN_VERSION := v0.23.0
 CONTROLLER_GEN := $(BIN)/controller-gen
-# ENVTEST_ASSETS is where tools/envtest/build.sh puts (or finds) kube-apiserver and etcd.
+# ENVTEST_ASSETS is where tools/envtest/build.sh puts (or finds) kube-apiserver, kube-controller-manager and etcd.
 ENVTEST_ASSETS = $(shell tools/envtest/build.sh --dir)
 REPORT_DIR ?=
 GINKGO_FLAGS ?=
@@ -17,7 +17,7 @@ help: ## List the targets.
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-18s %s\n", $$1, $$2}'
 
 .PHONY: envtest-assets
-envtest-assets: ## Build kube-apiserver v1.37.2 and etcd v3.6.16 from their Go modules (skipped when present).
+envtest-assets: ## Build kube-apiserver v1.37.2, kube-controller-manager v1.37.2 and etcd v3.6.16 from their Go modules (skipped when present).
 	@tools/envtest/build.sh >/dev/null
 
 $(CONTROLLER_GEN):
@@ -41,9 +41,15 @@ GINKGO_ARGS = $(if $(LABELS),-ginkgo.label-filter="$(LABELS)" -ginkgo.fail-on-em
 # The scenario suite runs after the other packages, not beside them: its rate measurements (the migration
 # storm's passes per operator second) should not share the two cores with the operators' own envtest tests.
 .PHONY: test
-test: envtest-assets ## Unit tests and the scenario suite: what CI runs.
+test: envtest-assets ## Unit tests, the scenario suite and the KubeRay example: what CI runs.
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -count=1 -timeout $(SUITE_TIMEOUT) $$($(GO) list ./... | grep -v /scenarios$$)
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -count=1 -timeout $(SUITE_TIMEOUT) ./scenarios/
+	$(MAKE) --no-print-directory example
+
+# examples/kuberay is a Go module of its own (KubeRay's dependencies stay out of ensemble's go.mod).
+.PHONY: example
+example: envtest-assets ## KubeRay v1.5.0's unmodified RayCluster, RayJob and RayService controllers under ensemble.
+	cd examples/kuberay && KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -count=1 -timeout $(SUITE_TIMEOUT) ./... -args -ginkgo.v
 
 .PHONY: test-suite
 test-suite: envtest-assets ## The scenario suite alone, verbose so pins are readable (REPORT_DIR=dir writes suite.json and junit.xml, LABELS=filter).

@@ -6,7 +6,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
+
+	"sigs.k8s.io/yaml"
 )
 
 // ModuleDir returns the directory of the Go module modulePath as the build of the calling package sees it
@@ -35,8 +39,9 @@ func firstNonEmpty(ss ...string) string {
 	return ""
 }
 
-// resolveCRDPaths makes each path absolute and checks that it exists and holds at least one YAML or JSON
-// file. Error: one line naming the path, the working directory and what to pass instead.
+// resolveCRDPaths makes each path absolute and checks what it holds: every .yaml, .yml or .json file must
+// parse, and each path must hold at least one CustomResourceDefinition. Error: one line naming the path (and
+// the file and line for a parse error), the working directory where it matters, and what to do.
 func resolveCRDPaths(paths []string) ([]string, error) {
 	wd, _ := os.Getwd()
 	var out []string
@@ -49,17 +54,62 @@ func resolveCRDPaths(paths []string) ([]string, error) {
 		if err != nil {
 			return nil, fmt.Errorf("suite: CRD path %q does not exist (resolved to %s from %s): pass the directory that holds the generated CRD YAML (run `make generate` if it is missing)", p, abs, wd)
 		}
+		files := []string{abs}
 		if fi.IsDir() {
-			var found []string
+			files = nil
 			for _, pat := range []string{"*.yaml", "*.yml", "*.json"} {
 				m, _ := filepath.Glob(filepath.Join(abs, pat))
-				found = append(found, m...)
+				files = append(files, m...)
 			}
-			if len(found) == 0 {
+			if len(files) == 0 {
 				return nil, fmt.Errorf("suite: CRD path %q (%s) holds no .yaml, .yml or .json file: pass the directory that holds the generated CRD YAML (run `make generate`)", p, abs)
 			}
+		}
+		crds := 0
+		for _, f := range files {
+			n, err := countCRDs(f)
+			if err != nil {
+				return nil, fmt.Errorf("suite: CRD file %s: %v: fix the YAML (or regenerate it with `make generate`)", f, err)
+			}
+			crds += n
+		}
+		if crds == 0 {
+			return nil, fmt.Errorf("suite: CRD path %q (%s) holds no CustomResourceDefinition: pass the directory that holds the generated CRD YAML (run `make generate`)", p, abs)
 		}
 		out = append(out, abs)
 	}
 	return out, nil
 }
+
+// countCRDs parses every YAML document of file and counts those of kind CustomResourceDefinition. Errors:
+// a document that is not valid YAML, with the line of the file where the parser stopped.
+func countCRDs(file string) (int, error) {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return 0, err
+	}
+	n, start := 0, 1
+	for doc, text := range docSeparator.Split(string(b), -1) {
+		var meta struct {
+			Kind string `json:"kind"`
+		}
+		if err := yaml.Unmarshal([]byte(text), &meta); err != nil {
+			msg := err.Error()
+			if m := yamlLine.FindStringSubmatch(msg); m != nil {
+				line, _ := strconv.Atoi(m[1])
+				msg = strings.Replace(msg, m[0], fmt.Sprintf("line %d", start+line-1), 1)
+			}
+			return 0, fmt.Errorf("document %d: %s", doc+1, msg)
+		}
+		if meta.Kind == "CustomResourceDefinition" {
+			n++
+		}
+		start += strings.Count(text, "\n") + 1
+	}
+	return n, nil
+}
+
+var (
+	docSeparator = regexp.MustCompile(`(?m)^---[ \t]*\n`)
+	yamlLine     = regexp.MustCompile(`line (\d+)`)
+)

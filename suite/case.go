@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"regexp"
 	"strings"
 	"sync"
@@ -11,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -101,17 +103,17 @@ func (c *Case) Create(obj client.Object) error {
 	if obj.GetNamespace() == "" && c.namespaced(obj) {
 		obj.SetNamespace(c.Namespace)
 	}
-	return c.Client.Create(c.t.Context(), obj)
+	return noMatchHint(c.Client.Create(c.t.Context(), obj))
 }
 
 // Get reads the named object of the case's namespace into obj. Errors: the API server's (NotFound, ...).
 func (c *Case) Get(name string, obj client.Object) error {
-	return c.Client.Get(c.t.Context(), client.ObjectKey{Namespace: c.Namespace, Name: name}, obj)
+	return noMatchHint(c.Client.Get(c.t.Context(), client.ObjectKey{Namespace: c.Namespace, Name: name}, obj))
 }
 
 // List lists objects of the case's namespace into list. Errors: the API server's.
 func (c *Case) List(list client.ObjectList, opts ...client.ListOption) error {
-	return c.Client.List(c.t.Context(), list, append([]client.ListOption{client.InNamespace(c.Namespace)}, opts...)...)
+	return noMatchHint(c.Client.List(c.t.Context(), list, append([]client.ListOption{client.InNamespace(c.Namespace)}, opts...)...))
 }
 
 // Update reads the named object into obj, applies mutate and writes it back, retrying on conflict
@@ -135,7 +137,7 @@ func (c *Case) Delete(obj client.Object, opts ...client.DeleteOption) error {
 	if obj.GetNamespace() == "" && c.namespaced(obj) {
 		obj.SetNamespace(c.Namespace)
 	}
-	return client.IgnoreNotFound(c.Client.Delete(c.t.Context(), obj, opts...))
+	return noMatchHint(client.IgnoreNotFound(c.Client.Delete(c.t.Context(), obj, opts...)))
 }
 
 // RequireQuiescent fails the test unless the case's namespace goes quiet for window within timeout, and
@@ -166,6 +168,14 @@ func (c *Case) Reader() client.Reader { return c.s.reader }
 
 // Changes returns the observed changes in the case's namespace that match f, ordered by resourceVersion.
 func (c *Case) Changes(f ChangeFilter) []Change { return c.s.stream.changes(c.Namespace, f) }
+
+// noMatchHint adds to a "no matches for kind" error where the CRD should have come from.
+func noMatchHint(err error) error {
+	if meta.IsNoMatchError(err) {
+		return fmt.Errorf("%w: its CRD is not installed; add the directory that holds it to Options.CRDDirectoryPaths (suite.ModuleDir finds a dependency's)", err)
+	}
+	return err
+}
 
 func (c *Case) namespaced(obj client.Object) bool {
 	ok, err := c.s.Client.IsObjectNamespaced(obj)

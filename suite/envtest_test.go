@@ -14,6 +14,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -134,6 +136,14 @@ func testWrappedController(t *testing.T, s *Suite) {
 	}
 	if ok, _ := HaveFieldManagersWithin(CaseFieldManager, "operator").Match(cm); !ok {
 		t.Fatalf("%s", HaveFieldManagersWithin(CaseFieldManager, "operator").FailureMessage(cm))
+	}
+
+	// A kind whose CRD is not installed: the error says where CRDs come from.
+	widget := &unstructured.Unstructured{}
+	widget.SetGroupVersionKind(schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Widget"})
+	widget.SetName("w")
+	if err := c.Create(widget); err == nil || !strings.Contains(err.Error(), "Options.CRDDirectoryPaths") {
+		t.Fatalf("creating a kind with no CRD: %v, want a hint at Options.CRDDirectoryPaths", err)
 	}
 
 	// A namespace no case admitted: requests are recorded as gated and never reach the reconciler.

@@ -117,11 +117,30 @@ func TestBootRejectsBadInput(t *testing.T) {
 }
 
 func TestCRDPathErrors(t *testing.T) {
-	if _, err := resolveCRDPaths([]string{"no/such/dir"}); err == nil || !strings.Contains(err.Error(), "does not exist") {
-		t.Fatalf("missing path: %v", err)
+	write := func(name, content string) string {
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return dir
 	}
-	if _, err := resolveCRDPaths([]string{t.TempDir()}); err == nil || !strings.Contains(err.Error(), "holds no .yaml") {
-		t.Fatalf("empty dir: %v", err)
+	crd := "apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata:\n  name: a.example.com\n"
+	for _, tc := range []struct {
+		name, want string
+		path       string
+	}{
+		{"missing path", "does not exist", "no/such/dir"},
+		{"empty dir", "holds no .yaml", t.TempDir()},
+		{"malformed YAML", "bad.yaml: document 2: error converting YAML to JSON: yaml: line 6", write("bad.yaml", crd+"---\nkind: [\n  - x\n")},
+		{"no CRD in it", "holds no CustomResourceDefinition", write("cm.yaml", "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: x\n")},
+	} {
+		_, err := resolveCRDPaths([]string{tc.path})
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: %v, want one line containing %q", tc.name, err, tc.want)
+		}
+	}
+	if _, err := resolveCRDPaths([]string{write("ok.yaml", crd)}); err != nil {
+		t.Errorf("a directory with one CRD: %v", err)
 	}
 }
 

@@ -5,9 +5,15 @@
 package controlplane
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
 )
 
 // KubernetesVersion and EtcdVersion are the control-plane versions ensemble builds and expects
@@ -44,4 +50,56 @@ func AssetsDir() (string, error) {
 		}
 	}
 	return dir, nil
+}
+
+// checked remembers the binaries CheckVersions accepted in this process, by path and modification time.
+var checked sync.Map
+
+// binaryPath is the path envtest runs binary name from, by envtest's own precedence: $TEST_ASSET_<NAME>,
+// then $KUBEBUILDER_ASSETS, then dir.
+func binaryPath(name, dir string) string {
+	if v, ok := os.LookupEnv("TEST_ASSET_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))); ok {
+		return v
+	}
+	if v, ok := os.LookupEnv("KUBEBUILDER_ASSETS"); ok {
+		return filepath.Join(v, name)
+	}
+	return filepath.Join(dir, name)
+}
+
+// CheckVersions checks that the kube-apiserver and etcd envtest will run (from dir, unless
+// $KUBEBUILDER_ASSETS or $TEST_ASSET_<NAME> point elsewhere, as envtest lets them) answer --version with
+// KubernetesVersion and EtcdVersion (within 10 s each), so a stale or foreign binary is refused before it
+// starts. Error: one line that names the binary, what it answered and `make envtest-assets`.
+func CheckVersions(dir string) error {
+	for bin, want := range map[string]string{"kube-apiserver": "Kubernetes v" + KubernetesVersion, "etcd": "etcd Version: " + EtcdVersion} {
+		path := binaryPath(bin, dir)
+		fi, err := os.Stat(path)
+		if err != nil {
+			return fmt.Errorf("ensemble: envtest binary %s not found: run `make envtest-assets`", path)
+		}
+		key := fmt.Sprint(path, fi.ModTime().UnixNano())
+		if _, ok := checked.Load(key); ok {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		out, err := exec.CommandContext(ctx, path, "--version").Output()
+		cancel()
+		answer := strings.TrimSpace(string(out))
+		if err != nil || !slices.Contains(strings.Split(answer, "\n"), want) {
+			if err != nil {
+				answer = fmt.Sprintf("%q (%v)", firstLine(answer), err)
+			} else {
+				answer = fmt.Sprintf("%q", firstLine(answer))
+			}
+			return fmt.Errorf("ensemble: %s answers --version with %s, not %q: rebuild the binaries with `make envtest-assets` (or point KUBEBUILDER_ASSETS at v%s ones)", path, answer, want, KubernetesVersion)
+		}
+		checked.Store(key, true)
+	}
+	return nil
+}
+
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
 }

@@ -64,24 +64,6 @@ func ChildControlPlanes() []int {
 	return out
 }
 
-// RecordChildren writes this process's control-plane children to its pid file and returns them.
-func RecordChildren() []int {
-	pids := ChildControlPlanes()
-	if len(pids) == 0 {
-		return nil
-	}
-	var b strings.Builder
-	for _, p := range pids {
-		b.WriteString(strconv.Itoa(p) + "\n")
-	}
-	_ = os.MkdirAll(pidDir(), 0o755)
-	_ = os.WriteFile(filepath.Join(pidDir(), strconv.Itoa(os.Getpid())), []byte(b.String()), 0o644)
-	return pids
-}
-
-// ForgetChildren removes this process's pid file (after its control plane is stopped).
-func ForgetChildren() { _ = os.Remove(filepath.Join(pidDir(), strconv.Itoa(os.Getpid()))) }
-
 // KillAll sends SIGTERM to each pid that is still a control plane, waits up to 5 s, then SIGKILLs the rest.
 func KillAll(pids []int) {
 	alive := func() []int {

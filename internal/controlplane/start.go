@@ -1,9 +1,12 @@
 package controlplane
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
+	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -17,6 +20,9 @@ import (
 // gets to run its cleanup and write its reports first.
 const SignalGrace = 45 * time.Second
 
+// DefaultStartTimeout bounds a control plane's start when envtest's ControlPlaneStartTimeout is not set.
+const DefaultStartTimeout = 60 * time.Second
+
 // Plane is a started control plane. Stop is safe to call more than once and from several goroutines.
 type Plane struct {
 	// Config reaches the API server as an administrator.
@@ -24,19 +30,30 @@ type Plane struct {
 	env    *envtest.Environment
 	mu     sync.Mutex
 	pids   []int
-	once   sync.Once
-	err    error
-	done   chan struct{}
+	// seen holds the command names of the processes the plane started (kube-apiserver, etcd).
+	seen map[string]bool
+	once sync.Once
+	err  error
+	done chan struct{}
 	// interrupted is closed by the signal handler: a Start still in progress stops what it started.
 	interrupted chan struct{}
 }
 
+// startMu serialises starts, so the processes that appear during one start are that plane's own.
+var startMu sync.Mutex
+
 // Start starts env (its BinaryAssetsDirectory defaults to AssetsDir) after killing control planes left by
-// test processes that no longer exist, and records the processes it started. On SIGINT or SIGTERM it kills
-// the control plane at once (SIGKILL: a second Ctrl-C may end the process before an orderly stop finishes),
-// even while envtest is still starting, then runs onSignal (may be nil; the caller's own teardown); after
-// SignalGrace the signal is re-raised with its default action. Errors: the binaries are missing (one line
-// naming `make envtest-assets`), or envtest did not start (whatever it started is stopped).
+// test processes that no longer exist. It first checks that the binaries answer the expected versions and
+// that the temp directory is writable. The processes it starts are recorded as they appear, so a test process
+// killed outright even mid-start leaves them to the next Start to kill. Start gives up after
+// env.ControlPlaneStartTimeout (DefaultStartTimeout when zero) for the whole start, envtest's own retries
+// included, kills what it started and names the binary that did not come up. On SIGINT or SIGTERM it kills
+// the control plane at once (SIGKILL: a second Ctrl-C may end the process before an orderly stop
+// finishes), even while envtest is still starting, then runs onSignal (may be nil; the caller's own
+// teardown); after SignalGrace the signal is re-raised with its default action.
+//
+// Errors, each one line that says what to do: binaries missing or of another version, an unwritable temp
+// directory, a binary that did not come up in time, CRDs the API server refused, envtest failing otherwise.
 func Start(env *envtest.Environment, onSignal func()) (*Plane, error) {
 	if env.BinaryAssetsDirectory == "" {
 		dir, err := AssetsDir()
@@ -45,28 +62,99 @@ func Start(env *envtest.Environment, onSignal func()) (*Plane, error) {
 		}
 		env.BinaryAssetsDirectory = dir
 	}
+	if err := CheckVersions(env.BinaryAssetsDirectory); err != nil {
+		return nil, err
+	}
+	if err := checkTempDir(); err != nil {
+		return nil, err
+	}
+	bound := env.ControlPlaneStartTimeout
+	if bound <= 0 {
+		bound = DefaultStartTimeout
+		env.ControlPlaneStartTimeout = bound
+	}
 	ReapOrphans()
-	p := &Plane{env: env, done: make(chan struct{}), interrupted: make(chan struct{})}
+	startMu.Lock()
+	defer startMu.Unlock()
+	p := &Plane{env: env, seen: map[string]bool{}, done: make(chan struct{}), interrupted: make(chan struct{})}
+	register(p)
 	p.watchSignals(onSignal)
-	cfg, err := env.Start()
-	p.mu.Lock()
-	p.pids = RecordChildren()
-	p.mu.Unlock()
+	stopTracking := p.track(others(p))
+	cfg, err := p.startWithin(bound)
+	stopTracking()
 	select {
 	case <-p.interrupted:
 		// A signal came while envtest was starting: the handler killed what was running then; kill what
 		// came up since, and report the interruption.
-		KillNow(append(p.children(), ChildControlPlanes()...))
+		KillNow(p.children())
 		_ = p.Stop()
 		return nil, fmt.Errorf("ensemble: interrupted while envtest was starting")
 	default:
 	}
 	if err != nil {
 		_ = p.Stop()
-		return nil, fmt.Errorf("ensemble: envtest did not start with binaries from %s: %w (rebuild them with `make envtest-assets`)", env.BinaryAssetsDirectory, err)
+		return nil, err
 	}
 	p.Config = cfg
 	return p, nil
+}
+
+// startWithin runs env.Start, giving up after bound: then it kills every process the plane started (and
+// keeps killing those envtest's retries start) until env.Start returns, and names the binary that hung.
+func (p *Plane) startWithin(bound time.Duration) (*rest.Config, error) {
+	type result struct {
+		cfg *rest.Config
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		cfg, err := p.env.Start()
+		ch <- result{cfg, err}
+	}()
+	select {
+	case r := <-ch:
+		if r.err != nil {
+			return nil, p.startError(r.err)
+		}
+		return r.cfg, nil
+	case <-time.After(bound):
+	}
+	// envtest starts etcd, waits until it serves, then starts kube-apiserver.
+	stuck, other := "etcd", "kube-apiserver had not been started"
+	p.mu.Lock()
+	if p.seen["kube-apiserver"] {
+		stuck, other = "kube-apiserver", "etcd had come up"
+	}
+	p.mu.Unlock()
+	for {
+		KillNow(p.children())
+		select {
+		case <-ch:
+			return nil, fmt.Errorf("ensemble: %s (%s) did not come up within %s, the whole start bound (%s); it was killed: check that the binary is a real %s, or rebuild it with `make envtest-assets`",
+				stuck, binaryPath(stuck, p.env.BinaryAssetsDirectory), bound, other, stuck)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}
+
+// startError turns envtest's start error into one line that says what to do.
+func (p *Plane) startError(err error) error {
+	msg := strings.ReplaceAll(err.Error(), "\n", " ")
+	switch {
+	case strings.Contains(msg, "CRD") || strings.Contains(msg, "CustomResourceDefinition"):
+		return fmt.Errorf("ensemble: the API server refused a CRD: %s: fix the CRD it names (run `make generate` for generated ones)", msg)
+	default:
+		return fmt.Errorf("ensemble: envtest did not start with binaries from %s: %s (rebuild them with `make envtest-assets`)", p.env.BinaryAssetsDirectory, msg)
+	}
+}
+
+// checkTempDir checks that envtest can make its working directories under the temp directory.
+func checkTempDir() error {
+	dir, err := os.MkdirTemp("", "ensemble-check-")
+	if err != nil {
+		return fmt.Errorf("ensemble: cannot create envtest's working directories under %s (TMPDIR): %v: point TMPDIR at a writable directory", os.TempDir(), err)
+	}
+	return os.Remove(dir)
 }
 
 func (p *Plane) children() []int {
@@ -75,15 +163,59 @@ func (p *Plane) children() []int {
 	return append([]int(nil), p.pids...)
 }
 
-// Stop stops envtest and kills whatever of kube-apiserver and etcd outlived that. Errors: envtest's.
+// track records, every 10 ms until the returned func is called, the control-plane children of this process
+// that are not in skip (other planes' processes) as the plane's own, and writes them to the pid file.
+func (p *Plane) track(skip map[int]bool) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	scan := func() {
+		changed := false
+		p.mu.Lock()
+		for _, pid := range ChildControlPlanes() {
+			if !skip[pid] && !contains(p.pids, pid) {
+				p.pids = append(p.pids, pid)
+				p.seen[comm(pid)] = true
+				changed = true
+			}
+		}
+		p.mu.Unlock()
+		if changed {
+			recordPlanes()
+		}
+	}
+	go func() {
+		defer close(done)
+		for {
+			scan()
+			select {
+			case <-quit:
+				scan()
+				return
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}()
+	return func() { close(quit); <-done }
+}
+
+func contains(xs []int, x int) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// Stop stops envtest and kills whatever of this plane's kube-apiserver and etcd outlived that, and returns
+// once they are gone. Another plane of the same process is left alone. Errors: envtest's.
 func (p *Plane) Stop() error {
 	p.once.Do(func() {
-		if err := p.env.Stop(); err != nil {
+		if err := p.env.Stop(); err != nil && !errors.Is(err, os.ErrProcessDone) {
 			p.err = fmt.Errorf("ensemble: stopping envtest: %w", err)
 		}
-		// envtest stops its own processes; kill any it missed, including ones it had not told us about.
-		KillAll(append(p.children(), ChildControlPlanes()...))
-		ForgetChildren()
+		// envtest stops its own processes; kill any it missed.
+		KillAll(p.children())
+		unregister(p)
 		close(p.done)
 	})
 	return p.err
@@ -98,7 +230,7 @@ func (p *Plane) watchSignals(onSignal func()) {
 			// Kill the control plane at once: a second Ctrl-C may end the process before an orderly stop
 			// would have finished, and an interrupted run needs no graceful shutdown of etcd.
 			close(p.interrupted)
-			KillNow(append(p.children(), ChildControlPlanes()...))
+			KillNow(p.children())
 			if onSignal != nil {
 				onSignal()
 			}
@@ -112,4 +244,61 @@ func (p *Plane) watchSignals(onSignal func()) {
 			signal.Stop(ch)
 		}
 	}()
+}
+
+// The planes of this process, for the pid file (the union of their processes) and for telling one plane's
+// processes from another's.
+var (
+	planesMu sync.Mutex
+	planes   = map[*Plane]bool{}
+)
+
+func register(p *Plane) {
+	planesMu.Lock()
+	planes[p] = true
+	planesMu.Unlock()
+}
+
+func unregister(p *Plane) {
+	planesMu.Lock()
+	delete(planes, p)
+	planesMu.Unlock()
+	recordPlanes()
+}
+
+// others returns the processes of every plane of this process but p.
+func others(p *Plane) map[int]bool {
+	planesMu.Lock()
+	defer planesMu.Unlock()
+	out := map[int]bool{}
+	for q := range planes {
+		if q != p {
+			for _, pid := range q.children() {
+				out[pid] = true
+			}
+		}
+	}
+	return out
+}
+
+// recordPlanes writes the processes of every plane of this process to its pid file, or removes the file
+// when there are none.
+func recordPlanes() {
+	planesMu.Lock()
+	var pids []int
+	for q := range planes {
+		pids = append(pids, q.children()...)
+	}
+	planesMu.Unlock()
+	path := filepath.Join(pidDir(), fmt.Sprint(os.Getpid()))
+	if len(pids) == 0 {
+		_ = os.Remove(path)
+		return
+	}
+	var b strings.Builder
+	for _, pid := range pids {
+		fmt.Fprintln(&b, pid)
+	}
+	_ = os.MkdirAll(pidDir(), 0o755)
+	_ = os.WriteFile(path, []byte(b.String()), 0o644)
 }

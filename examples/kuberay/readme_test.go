@@ -1,0 +1,43 @@
+package kuberay_test
+
+import (
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// TestReadmeShowsTheseFiles: every Go block of the repository README's "Writing a scenario" section is
+// taken from this example as it is, so the README's way of writing a scenario is one that compiles and runs.
+func TestReadmeShowsTheseFiles(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	section := string(readme)
+	if i := strings.Index(section, "## Writing a scenario"); i >= 0 {
+		section = section[i:]
+	} else {
+		t.Fatal(`README.md has no "## Writing a scenario" section`)
+	}
+	if i := strings.Index(section[3:], "\n## "); i >= 0 {
+		section = section[:i+3]
+	}
+	var sources strings.Builder
+	for _, f := range []string{"suite_test.go", "kuberay_specs_test.go", "kuberay.go"} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sources.Write(b)
+	}
+	blocks := regexp.MustCompile("(?s)```go\n(.*?)```").FindAllStringSubmatch(section, -1)
+	if len(blocks) == 0 {
+		t.Fatal("the README's Writing a scenario section shows no Go block")
+	}
+	for _, b := range blocks {
+		if !strings.Contains(sources.String(), b[1]) {
+			t.Errorf("this README block is not in examples/kuberay as it is; update one or the other:\n%s", b[1])
+		}
+	}
+}

@@ -1,0 +1,216 @@
+package controlplane
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// hangSource is a stand-in for a control-plane binary that answers --version right, then binds the port it
+// is given (so no other process can take it) and accepts connections without ever answering: it started,
+// but it never serves.
+const hangSource = `package main
+
+import (
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "--version" {
+		switch filepath.Base(os.Args[0]) {
+		case "etcd":
+			fmt.Println("etcd Version: ` + EtcdVersion + `")
+		default:
+			fmt.Println("Kubernetes v` + KubernetesVersion + `")
+		}
+		return
+	}
+	for _, a := range os.Args[1:] {
+		addr := ""
+		if v, ok := strings.CutPrefix(a, "--listen-client-urls="); ok {
+			if u, err := url.Parse(strings.Split(v, ",")[0]); err == nil {
+				addr = u.Host
+			}
+		}
+		if v, ok := strings.CutPrefix(a, "--secure-port="); ok {
+			addr = "127.0.0.1:" + v
+		}
+		if addr == "" {
+			continue
+		}
+		if l, err := net.Listen("tcp", addr); err == nil {
+			go func() {
+				var held []net.Conn
+				for {
+					c, err := l.Accept()
+					if err != nil {
+						return
+					}
+					held = append(held, c)
+				}
+			}()
+		}
+	}
+	for {
+		time.Sleep(time.Hour)
+	}
+}
+`
+
+// hangingAssets returns an assets directory where the named binaries are the hanging stand-in and the
+// others are links to the real ones.
+func hangingAssets(t *testing.T, hang ...string) string {
+	t.Helper()
+	real, err := AssetsDir()
+	if err != nil {
+		t.Skip(err)
+	}
+	src := t.TempDir()
+	if err := os.WriteFile(filepath.Join(src, "main.go"), []byte(hangSource), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "go.mod"), []byte("module hang\n\ngo 1.26\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, bin := range []string{"kube-apiserver", "etcd"} {
+		if contains := strings.Contains(strings.Join(hang, " "), bin); contains {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(dir, bin), ".")
+			cmd.Dir = src
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("building the hanging %s: %v\n%s", bin, err, out)
+			}
+			continue
+		}
+		if err := os.Symlink(filepath.Join(real, bin), filepath.Join(dir, bin)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
+// TestStartGivesUpOnAHungBinary: a binary that answers --version but never serves ends the start within
+// its bound (not envtest's 5 retries of 60 s), with one line naming it, and leaves no process.
+
+func TestStartGivesUpOnAHungBinary(t *testing.T) {
+	for _, bin := range []string{"kube-apiserver", "etcd"} {
+		t.Run(bin, func(t *testing.T) {
+			dir := hangingAssets(t, bin)
+			t.Setenv("KUBEBUILDER_ASSETS", dir) // envtest prefers it to BinaryAssetsDirectory
+			want := bin + " (" + filepath.Join(dir, bin) + ") did not come up within 3s"
+			start := time.Now()
+			p, err := Start(&envtest.Environment{BinaryAssetsDirectory: dir, ControlPlaneStartTimeout: 3 * time.Second}, nil)
+			took := time.Since(start)
+			t.Logf("after %s: %v", took.Round(time.Millisecond), err)
+			if p != nil {
+				_ = p.Stop()
+			}
+			if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("Start = %v, want one line saying %s did not come up", err, bin)
+			}
+			if took > 10*time.Second {
+				t.Errorf("Start took %s to give up on a 3 s bound", took)
+			}
+			if left := ChildControlPlanes(); len(left) != 0 {
+				t.Fatalf("processes left: %v", left)
+			}
+		})
+	}
+}
+
+func TestStartRefusesAWrongVersion(t *testing.T) {
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"kube-apiserver": "#!/usr/bin/env bash\necho 'Kubernetes v1.30.0'\n",
+		"etcd":           "#!/usr/bin/env bash\necho 'etcd Version: " + EtcdVersion + "'\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Setenv("KUBEBUILDER_ASSETS", dir)
+	_, err := Start(&envtest.Environment{}, nil)
+	t.Log(err)
+	if err == nil || !strings.Contains(err.Error(), `answers --version with "Kubernetes v1.30.0"`) || !strings.Contains(err.Error(), "make envtest-assets") {
+		t.Fatalf("Start = %v, want the wrong version named", err)
+	}
+}
+
+func TestStartRefusesAnUnwritableTempDir(t *testing.T) {
+	if os.Getuid() == 0 {
+		// root writes anywhere: point TMPDIR at a file instead of a read-only directory.
+		f := filepath.Join(t.TempDir(), "file")
+		if err := os.WriteFile(f, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv("TMPDIR", f)
+	} else {
+		ro := t.TempDir()
+		if err := os.Chmod(ro, 0o555); err != nil {
+			t.Fatal(err)
+		}
+		t.Setenv("TMPDIR", ro)
+	}
+	real, err := AssetsDir()
+	if err != nil {
+		t.Skip(err)
+	}
+	_, err = Start(&envtest.Environment{BinaryAssetsDirectory: real}, nil)
+	t.Log(err)
+	if err == nil || !strings.Contains(err.Error(), "point TMPDIR at a writable directory") || strings.Contains(err.Error(), "envtest-assets") {
+		t.Fatalf("Start = %v, want the temp directory named", err)
+	}
+}
+
+// TestTwoPlanesInOneProcess: stopping one control plane leaves another of the same process running.
+func TestTwoPlanesInOneProcess(t *testing.T) {
+	if _, err := AssetsDir(); err != nil {
+		t.Skip(err)
+	}
+	a, err := Start(&envtest.Environment{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Start(&envtest.Environment{}, nil)
+	if err != nil {
+		_ = a.Stop()
+		t.Fatal(err)
+	}
+	defer b.Stop()
+	alive := func(p *Plane) (out []int) {
+		for _, pid := range p.children() {
+			if running(pid) {
+				out = append(out, pid)
+			}
+		}
+		return out
+	}
+	if len(alive(a)) != 2 || len(alive(b)) != 2 {
+		t.Fatalf("planes' running processes: a %v, b %v; want kube-apiserver and etcd each", alive(a), alive(b))
+	}
+	runningA, runningB := alive(a), alive(b)
+	if err := a.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range runningB {
+		if !running(pid) {
+			t.Fatalf("stopping plane a killed plane b's process %d (%s)", pid, comm(pid))
+		}
+	}
+	for _, pid := range runningA {
+		if running(pid) {
+			t.Fatalf("plane a's process %d outlived its Stop", pid)
+		}
+	}
+}
