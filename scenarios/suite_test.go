@@ -7,10 +7,14 @@ package scenarios
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
+	"github.com/onsi/ginkgo/v2/types"
 	. "github.com/onsi/gomega"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -80,6 +84,30 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	AddReportEntry("envtest boot", s.EnvtestBoot.Round(time.Millisecond).String(), ReportEntryVisibilityAlways)
 	AddReportEntry("suite ready (managers started, caches synced)", s.Ready.Round(time.Millisecond).String(), ReportEntryVisibilityAlways)
 }, NodeTimeout(3*time.Minute))
+
+// A label filter that selects no spec (a typo in -ginkgo.label-filter or make's LABELS) fails the run and
+// names the labels there are: without it, go test passes with "0 of 24 specs".
+var _ = ReportAfterSuite("label filter selects a spec", func(r Report) {
+	filter := r.SuiteConfig.LabelFilter
+	if filter == "" {
+		return
+	}
+	ran, labels := 0, map[string]bool{}
+	for _, sr := range r.SpecReports {
+		if sr.LeafNodeType != types.NodeTypeIt {
+			continue
+		}
+		for _, l := range sr.Labels() {
+			labels[l] = true
+		}
+		if sr.State != types.SpecStateSkipped {
+			ran++
+		}
+	}
+	if ran == 0 {
+		Fail(fmt.Sprintf("label filter %q selected no spec: the suite's labels are %s", filter, strings.Join(slices.Sorted(maps.Keys(labels)), ", ")))
+	}
+})
 
 // watchKinds are the kinds of both reference operators, without duplicates (Pods are in both).
 func watchKinds() []client.Object {

@@ -25,7 +25,7 @@ type Dumper func(namespace string) (name, content string)
 // (reconcile passes) and one file per Dumper. It returns the directory and a short summary (counts, the
 // last writes and passes). Errors: the directory cannot be written.
 func (s *Suite) dump(ns, spec string, since time.Time) (string, string, error) {
-	dir := filepath.Join(s.artifactsDir, strings.Trim(nonDNS.ReplaceAllString(strings.ToLower(spec), "-"), "-")+"-"+ns)
+	dir := s.caseArtifacts(ns, spec)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", "", fmt.Errorf("suite: dump: %w", err)
 	}
@@ -84,6 +84,11 @@ func (s *Suite) dump(ns, spec string, since time.Time) (string, string, error) {
 	summary := fmt.Sprintf("  %d objects, %d changes, %d writes (%d rejected), %d passes\n  last writes:\n%s\n  last passes:\n%s",
 		nObjs, len(changes), len(writes), countRejected(writes), len(passes), indent(lastLines(writes, 5, Write.line)), indent(lastLines(passes, 5, Pass.line)))
 	return dir, summary, nil
+}
+
+// caseArtifacts is the directory of a case's artifacts: Options.ArtifactsDir/<spec>-<namespace>.
+func (s *Suite) caseArtifacts(ns, spec string) string {
+	return filepath.Join(s.artifactsDir, strings.Trim(nonDNS.ReplaceAllString(strings.ToLower(spec), "-"), "-")+"-"+ns)
 }
 
 func countRejected(ws []Write) int {

@@ -3,6 +3,8 @@ package suite
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 )
 
@@ -32,7 +34,10 @@ type reporter interface {
 
 // knownDefect decides a pin against catalog, reporting to t (see Case.KnownDefect): a pure decision over
 // the check's result, table-tested with a test double for t.
-func knownDefect(t TB, catalog PinCatalog, ref string, check func() error) {
+//
+// The report line is short: the first line of the check's error, at most pinLineMax characters. When the
+// error says more, evidence (may be nil) keeps the whole of it and returns where, and the line names that.
+func knownDefect(t TB, catalog PinCatalog, ref string, check func() error, evidence func(ref, full string) string) {
 	t.Helper()
 	ref = strings.TrimSpace(ref)
 	if ref == "" {
@@ -55,7 +60,17 @@ func knownDefect(t TB, catalog PinCatalog, ref string, check func() error) {
 	case errors.Is(err, errHarness):
 		t.Fatalf("suite: KnownDefect(%s): the check failed for a reason that is not the defect: %v", ref, err)
 	default:
-		msg := fmt.Sprintf("%s still present: %v", ref, err)
+		full := err.Error()
+		short, _, _ := strings.Cut(full, "\n")
+		if len(short) > pinLineMax {
+			short = short[:pinLineMax] + "..."
+		}
+		if short != full && evidence != nil {
+			if where := evidence(ref, full); where != "" {
+				short += " (evidence: " + where + ")"
+			}
+		}
+		msg := fmt.Sprintf("%s still present: %s", ref, short)
 		if r, ok := t.(reporter); ok {
 			r.AddReportEntryVisibilityAlways("KnownDefect "+ref, msg)
 		}
@@ -71,5 +86,19 @@ func knownDefect(t TB, catalog PinCatalog, ref string, check func() error) {
 // error made with Harness fail the spec; a harness error never keeps a pin green.
 func (c *Case) KnownDefect(ref string, check func() error) {
 	c.t.Helper()
-	knownDefect(c.t, c.s.pins, ref, check)
+	knownDefect(c.t, c.s.pins, ref, check, c.writeEvidence)
+}
+
+// pinLineMax bounds the length of a pin's report line; the rest of its evidence goes to the artifacts.
+const pinLineMax = 200
+
+// writeEvidence writes a pin's whole evidence under the case's artifacts directory and returns the file's
+// path, or "" when it cannot be written.
+func (c *Case) writeEvidence(ref, full string) string {
+	dir := c.s.caseArtifacts(c.Namespace, c.t.Name())
+	path := filepath.Join(dir, "pin-"+ref+".txt")
+	if os.MkdirAll(dir, 0o755) != nil || os.WriteFile(path, []byte(full+"\n"), 0o644) != nil {
+		return ""
+	}
+	return path
 }

@@ -33,9 +33,18 @@ func TestKnownDefectVerdicts(t *testing.T) {
 		{"unknown ref", "X-2", errors.New("x"), "no such defect in the catalog", ""},
 		{"harness error", "X-1", Harness(errors.New("setup timed out")), "not the defect", ""},
 	}
+	t.Run("long evidence", func(t *testing.T) {
+		p := &probeTB{}
+		var kept string
+		long := "flapped 4 times\n" + strings.Repeat("a change\n", 10000)
+		knownDefect(p, cat, "X-1", func() error { return errors.New(long) }, func(ref, full string) string { kept = full; return "/artifacts/pin-X-1.txt" })
+		if len(p.reports) != 1 || p.reports[0] != "KnownDefect X-1: X-1 still present: flapped 4 times (evidence: /artifacts/pin-X-1.txt)" || kept != long {
+			t.Fatalf("reports = %q (kept %d bytes): want one short line naming the evidence file, and the whole evidence kept", p.reports, len(kept))
+		}
+	})
 	t.Run("no catalog", func(t *testing.T) {
 		p := &probeTB{}
-		knownDefect(p, nil, "MG-NOPE", func() error { return errors.New("x") })
+		knownDefect(p, nil, "MG-NOPE", func() error { return errors.New("x") }, nil)
 		if len(p.fatals) != 1 || !strings.Contains(p.fatals[0], "Options.Pins is not set") {
 			t.Fatalf("fatals = %q: a pin checked against no catalog must fail", p.fatals)
 		}
@@ -43,7 +52,7 @@ func TestKnownDefectVerdicts(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			p := &probeTB{}
-			knownDefect(p, cat, tc.ref, func() error { return tc.err })
+			knownDefect(p, cat, tc.ref, func() error { return tc.err }, nil)
 			if tc.wantFatal != "" {
 				if len(p.fatals) != 1 || !strings.Contains(p.fatals[0], tc.wantFatal) {
 					t.Fatalf("fatals = %q, want one containing %q", p.fatals, tc.wantFatal)
