@@ -63,6 +63,12 @@ type Options struct {
 	CleanupTimeout time.Duration
 	// Logger receives controller-runtime's logs. Default: discarded, unless ENSEMBLE_LOG=1 (then stderr).
 	Logger *logr.Logger
+	// KubeControllers are the kube-controller-manager controllers run beside envtest (its --controllers
+	// flag, e.g. "garbage-collector-controller"). nil runs the default set: garbage collection, namespace
+	// deletion, deployments, replicasets, statefulsets, jobs, cronjobs, endpoints, endpointslices,
+	// disruption budgets, ttl-after-finished and serviceaccounts. An empty, non-nil slice runs no
+	// kube-controller-manager. Boot returns once the garbage collector (when it runs) collects.
+	KubeControllers []string
 }
 
 // ManagerOptions describes one controller-runtime Manager: one operator instance.
@@ -99,6 +105,9 @@ type Suite struct {
 	Client client.Client
 	// EnvtestBoot is how long kube-apiserver and etcd took to start and the CRDs to install.
 	EnvtestBoot time.Duration
+	// KubeControllersReady is how long kube-controller-manager took to start and its garbage collector to
+	// collect a first dependent; zero when it does not run.
+	KubeControllersReady time.Duration
 	// Ready is how long Boot took in all, managers started and caches synced.
 	Ready time.Duration
 
@@ -114,6 +123,11 @@ type Suite struct {
 
 	interrupted atomic.Bool
 	plane       *controlplane.Plane
+	kcmLog      *lineLog
+	// namespaceController is true when kube-controller-manager deletes namespaces; terminating are the case
+	// namespaces handed to it (guarded by mu).
+	namespaceController bool
+	terminating         []terminating
 	reader      client.Reader
 	rec         *recorder
 	stream      *stream
@@ -231,6 +245,10 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 	if s.Client, err = client.New(cfg, client.Options{Scheme: opts.Scheme}); err != nil {
 		_ = s.Stop()
 		return nil, fmt.Errorf("suite: client: %w", err)
+	}
+	if err := s.startKubeControllers(ctx, opts.KubeControllers); err != nil {
+		_ = s.Stop()
+		return nil, err
 	}
 
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -381,12 +399,19 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 	return m, nil
 }
 
-// Stop stops every manager, the event stream and envtest, within Options.StopTimeout per part, and makes
+// Stop checks that every case namespace handed to the namespace controller more than 30 s ago is gone (deletion hygiene; the error names the spec and what holds it), then stops every manager, the
+// event stream, kube-controller-manager and envtest, within Options.StopTimeout per part, and makes
 // sure the kube-apiserver and etcd processes are gone (killing them if they outlive envtest's stop). Safe to
 // call more than once and from several goroutines; later calls return the first call's error.
 func (s *Suite) Stop() error {
 	s.stopOnce.Do(func() {
-		errs := s.stopManagers()
+		var errs []error
+		if s.Client != nil && !s.interrupted.Load() {
+			if err := s.namespaceHygiene(); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		errs = append(errs, s.stopManagers()...)
 		if s.cancel != nil {
 			s.cancel()
 		}

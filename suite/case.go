@@ -182,19 +182,18 @@ func (c *Case) namespaced(obj client.Object) bool {
 	return err != nil || ok
 }
 
-// cleanup dumps on failure, deletes the watched kinds left in the namespace (letting the operators run
-// their finalizers), strips finalizers that are still there after CleanupTimeout, and closes the gate.
+// cleanup dumps on failure, empties the namespace while the operators can still release their finalizers
+// (deletion hygiene: what is still there after Options.CleanupTimeout fails the spec, named with its
+// finalizers, and has its finalizers removed), hands the namespace to the namespace controller when
+// kube-controller-manager runs one, runs the AfterCleanup functions and closes the gate.
 func (c *Case) cleanup() {
 	c.stopInvariants()
 	if err := c.invariantErrors(); err != "" {
 		c.t.Errorf("%s", err)
 	}
-	if c.t.Failed() {
-		if path, summary, err := c.s.dump(c.Namespace, c.t.Name(), c.Started); err == nil {
-			c.t.Logf("suite: failure dump of %s written to %s\n%s", c.Namespace, path, summary)
-		} else {
-			c.t.Logf("suite: failure dump of %s failed: %v", c.Namespace, err)
-		}
+	dumped := c.t.Failed()
+	if dumped {
+		c.writeDump()
 	}
 	defer func() {
 		c.mu.Lock()
@@ -207,21 +206,44 @@ func (c *Case) cleanup() {
 	if c.admitted {
 		defer c.s.gate.close(c.Namespace)
 	}
+	if held := c.empty(); len(held) > 0 {
+		c.t.Errorf("suite: deletion hygiene: %d objects of %s were still there %s after the spec (their finalizers were then removed):\n%s",
+			len(held), c.Namespace, c.s.cleanupTimeout, indent(held))
+		if !dumped {
+			c.writeDump()
+		}
+	}
+	c.s.deleteNamespace(c.Namespace, c.t.Name())
+}
+
+// writeDump writes the case's failure dump and logs where.
+func (c *Case) writeDump() {
+	if path, summary, err := c.s.dump(c.Namespace, c.t.Name(), c.Started); err == nil {
+		c.t.Logf("suite: failure dump of %s written to %s\n%s", c.Namespace, path, summary)
+	} else {
+		c.t.Logf("suite: failure dump of %s failed: %v", c.Namespace, err)
+	}
+}
+
+// empty deletes the watched objects left in the namespace and waits (Options.CleanupTimeout) for them to
+// go. It returns what was still there then, "Kind/name (finalizers: ...)", after removing its finalizers.
+func (c *Case) empty() []string {
 	ctx, cancel := context.WithTimeout(context.Background(), c.s.cleanupTimeout)
 	defer cancel()
 	for {
-		left := c.leftovers(ctx)
+		left := c.leftovers()
 		if len(left) == 0 {
-			return
+			return nil
 		}
 		if ctx.Err() != nil {
+			var held []string
 			for _, o := range left {
+				held = append(held, fmt.Sprintf("%s/%s (finalizers: %s)", o.GetObjectKind().GroupVersionKind().Kind, o.GetName(), strings.Join(o.GetFinalizers(), ", ")))
 				if len(o.GetFinalizers()) > 0 {
 					_ = c.s.Client.Patch(context.Background(), o, client.RawPatch("application/merge-patch+json", []byte(`{"metadata":{"finalizers":null}}`)))
 				}
 			}
-			c.t.Logf("suite: cleanup of %s: %d objects still there after %s; their finalizers were removed", c.Namespace, len(left), c.s.cleanupTimeout)
-			return
+			return held
 		}
 		for _, o := range left {
 			if o.GetDeletionTimestamp() == nil {
@@ -236,8 +258,11 @@ func (c *Case) cleanup() {
 	}
 }
 
-// leftovers lists the objects of the watched kinds still in the case's namespace.
-func (c *Case) leftovers(ctx context.Context) []client.Object {
+// leftovers lists the objects of the watched kinds still in the case's namespace (each list bounded by
+// 10 s of its own, so an expired cleanup deadline never reads as an empty namespace).
+func (c *Case) leftovers() []client.Object {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	var out []client.Object
 	for _, k := range c.s.watchKinds {
 		if !c.namespaced(k) {

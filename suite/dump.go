@@ -72,6 +72,9 @@ func (s *Suite) dump(ns, spec string, since time.Time) (string, string, error) {
 		"writes.txt":   joinLines(writes, Write.line),
 		"passes.txt":   joinLines(passes, Pass.line),
 	}
+	if s.kcmLog != nil {
+		files["kube-controller-manager.log"] = s.kcmLog.mentioning(ns)
+	}
 	for _, d := range s.dumpers {
 		name, content := d(ns)
 		files[name] = content

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -83,7 +84,7 @@ func TestPlainTestingT(t *testing.T) {
 	}
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	s, err := Boot(t.Context(), Options{Scheme: newScheme(), WatchKinds: []client.Object{&corev1.ConfigMap{}},
-		Pins: catalog{"X-1": "a defect"},
+		Pins: catalog{"X-1": "a defect"}, CleanupTimeout: 3 * time.Second,
 		Managers: []ManagerOptions{{Name: "op", Register: func(mgr manager.Manager) error {
 			if err := (&marker{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 				return err
@@ -93,15 +94,16 @@ func TestPlainTestingT(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("envtest boot %s, ready %s", s.EnvtestBoot, s.Ready)
-	if len(controlplane.ChildControlPlanes()) != 2 {
-		t.Fatalf("want kube-apiserver and etcd as children, got pids %v", controlplane.ChildControlPlanes())
+	t.Logf("envtest boot %s, kube-controller-manager collecting after %s more, ready %s", s.EnvtestBoot, s.KubeControllersReady, s.Ready)
+	if n := len(controlplane.ChildControlPlanes()); n != 3 {
+		t.Fatalf("want kube-apiserver, etcd and kube-controller-manager as children, got pids %v", controlplane.ChildControlPlanes())
 	}
 	t.Run("wrapped controller", func(t *testing.T) { testWrappedController(t, s) })
 	t.Run("field writers", func(t *testing.T) { testFieldWriters(t, s) })
 	t.Run("quiescence verdicts", func(t *testing.T) { testQuiescenceVerdicts(t, s) })
 	t.Run("invariants", func(t *testing.T) { testInvariants(t, s) })
 	t.Run("pins", func(t *testing.T) { testPins(t, s) })
+	t.Run("deletion hygiene", func(t *testing.T) { testDeletionHygiene(t, s) })
 
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
@@ -269,4 +271,23 @@ func testPins(t *testing.T, s *Suite) {
 		!strings.Contains(p.fatals[1], "no such defect") {
 		t.Fatalf("fixed defect and unknown reference: fatals %q", p.fatals)
 	}
+}
+
+// testDeletionHygiene: an object whose finalizer nobody removes fails its spec at cleanup, named with the
+// finalizer; the case's namespace is then handed to the real namespace controller, which removes it.
+func testDeletionHygiene(t *testing.T, s *Suite) {
+	p := &probeTB{name: "hygiene"}
+	c := s.NewCase(p)
+	stuck := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "stuck", Finalizers: []string{"example.com/never"}}}
+	if err := c.Create(stuck); err != nil {
+		t.Fatal(err)
+	}
+	p.runCleanups()
+	msg := strings.Join(p.errors, "\n")
+	if !strings.Contains(msg, "deletion hygiene") || !strings.Contains(msg, "ConfigMap/stuck (finalizers: example.com/never)") {
+		t.Fatalf("cleanup errors %q, want the held object and its finalizer named", p.errors)
+	}
+	NewWithT(t).Eventually(func() bool {
+		return apierrors.IsNotFound(s.Client.Get(t.Context(), client.ObjectKey{Name: c.Namespace}, &corev1.Namespace{}))
+	}).WithTimeout(20*time.Second).Should(BeTrue(), "the namespace controller never removed %s", c.Namespace)
 }

@@ -73,29 +73,37 @@ func binaryPath(name, dir string) string {
 // starts. Error: one line that names the binary, what it answered and `make envtest-assets`.
 func CheckVersions(dir string) error {
 	for bin, want := range map[string]string{"kube-apiserver": "Kubernetes v" + KubernetesVersion, "etcd": "etcd Version: " + EtcdVersion} {
-		path := binaryPath(bin, dir)
-		fi, err := os.Stat(path)
-		if err != nil {
-			return fmt.Errorf("ensemble: envtest binary %s not found: run `make envtest-assets`", path)
+		if err := checkVersion(binaryPath(bin, dir), want); err != nil {
+			return err
 		}
-		key := fmt.Sprint(path, fi.ModTime().UnixNano())
-		if _, ok := checked.Load(key); ok {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		out, err := exec.CommandContext(ctx, path, "--version").Output()
-		cancel()
-		answer := strings.TrimSpace(string(out))
-		if err != nil || !slices.Contains(strings.Split(answer, "\n"), want) {
-			if err != nil {
-				answer = fmt.Sprintf("%q (%v)", firstLine(answer), err)
-			} else {
-				answer = fmt.Sprintf("%q", firstLine(answer))
-			}
-			return fmt.Errorf("ensemble: %s answers --version with %s, not %q: rebuild the binaries with `make envtest-assets` (or point KUBEBUILDER_ASSETS at v%s ones)", path, answer, want, KubernetesVersion)
-		}
-		checked.Store(key, true)
 	}
+	return nil
+}
+
+// checkVersion checks that the binary at path answers --version with the line want (within 10 s),
+// remembering a binary it accepted. Error: one line naming it, its answer and `make envtest-assets`.
+func checkVersion(path, want string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return fmt.Errorf("ensemble: envtest binary %s not found: run `make envtest-assets`", path)
+	}
+	key := fmt.Sprint(path, fi.ModTime().UnixNano())
+	if _, ok := checked.Load(key); ok {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	out, err := exec.CommandContext(ctx, path, "--version").Output()
+	cancel()
+	answer := strings.TrimSpace(string(out))
+	if err != nil || !slices.Contains(strings.Split(answer, "\n"), want) {
+		if err != nil {
+			answer = fmt.Sprintf("%q (%v)", firstLine(answer), err)
+		} else {
+			answer = fmt.Sprintf("%q", firstLine(answer))
+		}
+		return fmt.Errorf("ensemble: %s answers --version with %s, not %q: rebuild the binaries with `make envtest-assets` (or point KUBEBUILDER_ASSETS at v%s ones)", path, answer, want, KubernetesVersion)
+	}
+	checked.Store(key, true)
 	return nil
 }
 

@@ -14,7 +14,9 @@ import (
 // A test process killed outright (SIGKILL, OOM) cannot clean up, so the next Boot on the machine kills the
 // control planes listed in the file of any test process that no longer exists.
 
-var controlPlaneNames = map[string]bool{"kube-apiserver": true, "etcd": true}
+// controlPlaneNames are the command names of the processes a plane starts; the kernel cuts a command name
+// to 15 characters, so kube-controller-manager shows as "kube-controller".
+var controlPlaneNames = map[string]bool{"kube-apiserver": true, "etcd": true, "kube-controller": true}
 
 func pidDir() string { return filepath.Join(os.TempDir(), "ensemble-pids") }
 

@@ -32,6 +32,8 @@ type Plane struct {
 	pids   []int
 	// seen holds the command names of the processes the plane started (kube-apiserver, etcd).
 	seen map[string]bool
+	// kcm is the plane's kube-controller-manager, when it runs one.
+	kcm *kcm
 	once sync.Once
 	err  error
 	done chan struct{}
@@ -206,10 +208,11 @@ func contains(xs []int, x int) bool {
 	return false
 }
 
-// Stop stops envtest and kills whatever of this plane's kube-apiserver and etcd outlived that, and returns
-// once they are gone. Another plane of the same process is left alone. Errors: envtest's.
+// Stop stops kube-controller-manager (when it runs) and envtest, kills whatever of this plane's processes
+// outlived that, and returns once they are gone. Another plane of the same process is left alone. Errors: envtest's.
 func (p *Plane) Stop() error {
 	p.once.Do(func() {
+		p.stopKCM()
 		if err := p.env.Stop(); err != nil && !errors.Is(err, os.ErrProcessDone) {
 			p.err = fmt.Errorf("ensemble: stopping envtest: %w", err)
 		}
