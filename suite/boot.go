@@ -128,17 +128,17 @@ type Suite struct {
 	// namespaces handed to it (guarded by mu).
 	namespaceController bool
 	terminating         []terminating
-	reader      client.Reader
-	rec         *recorder
-	stream      *stream
-	gate        *gate
-	notify      *broadcast
-	cancel      context.CancelFunc
-	mu          sync.Mutex
-	managers    map[string]*Manager
-	order       []string
-	stopOnce    sync.Once
-	stopErr     error
+	reader              client.Reader
+	rec                 *recorder
+	stream              *stream
+	gate                *gate
+	notify              *broadcast
+	cancel              context.CancelFunc
+	mu                  sync.Mutex
+	managers            map[string]*Manager
+	order               []string
+	stopOnce            sync.Once
+	stopErr             error
 }
 
 // Manager is a running manager started by Boot or StartManager.

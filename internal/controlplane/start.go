@@ -33,7 +33,7 @@ type Plane struct {
 	// seen holds the command names of the processes the plane started (kube-apiserver, etcd).
 	seen map[string]bool
 	// kcm is the plane's kube-controller-manager, when it runs one.
-	kcm *kcm
+	kcm  *kcm
 	once sync.Once
 	err  error
 	done chan struct{}
