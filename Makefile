@@ -60,3 +60,38 @@ test-suite: envtest-assets ## The scenario suite alone, verbose so pins are read
 .PHONY: test-race
 test-race: envtest-assets ## Unit tests and the scenario suite under the race detector.
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -race -count=1 -timeout $(SUITE_TIMEOUT) ./...
+
+# make bisect and make flake read GOOD, BAD, FOCUS, N and LABELS from make's command line (or the environment),
+# which make passes to the scripts as they are, quotes and spaces included. A missing one ends in one line.
+BISECT_NEEDS_GOOD = make bisect: pass GOOD=<rev>, a commit at which the FOCUS specs pass, and FOCUS=<spec regexp>, e.g. make bisect GOOD=HEAD~20 FOCUS='becomes Healthy'
+BISECT_NEEDS_FOCUS = make bisect: pass FOCUS=<spec regexp>, the spec(s) that fail at BAD ($(or $(BAD),HEAD)) and pass at GOOD=$(GOOD), e.g. FOCUS='becomes Healthy'
+FLAKE_NEEDS_N = make flake: pass N=<runs>, how many times to run the suite, e.g. make flake N=10 FOCUS=harness
+
+.PHONY: bisect
+bisect: ## First commit at which FOCUS=<spec regexp> fails: GOOD=<rev> [BAD=HEAD]; git bisect run in a throw-away worktree, your checkout untouched.
+	$(if $(GOOD),,$(error $(BISECT_NEEDS_GOOD)))$(if $(FOCUS),,$(error $(BISECT_NEEDS_FOCUS)))
+	@SUITE_TIMEOUT="$(SUITE_TIMEOUT)" REPORT_DIR="$(REPORT_DIR)" GINKGO_FLAGS="$(GINKGO_FLAGS)" tools/bisect/bisect.sh
+
+.PHONY: flake
+flake: ## Run the scenario suite (or FOCUS=regexp, LABELS=filter) N=<runs> times: the first failing run's failure, else N/N passed and per-spec min/median/max times.
+	$(if $(N),,$(error $(FLAKE_NEEDS_N)))
+	@SUITE_TIMEOUT="$(SUITE_TIMEOUT)" REPORT_DIR="$(REPORT_DIR)" GINKGO_FLAGS="$(GINKGO_FLAGS)" tools/flake/flake.sh
+
+# mutate: the scenario suite's mutation score over one reference operator package. gremlins finds the mutants
+# (a dry run); internal/cmd/mutate runs each against the suite's specs through go test -overlay, since gremlins
+# itself only runs the mutated package's own tests (or the whole module's). Each mutant costs one suite run
+# (~20-30 s): MAX=n runs an evenly spaced n of the covered ones, BASE=rev only those on lines changed since rev.
+GREMLINS_VERSION := v0.6.0
+GREMLINS := $(BIN)/gremlins
+PKG ?= operators/multigres
+BASE ?=
+MAX ?=
+MUTATE_JOBS ?= 1
+
+$(GREMLINS):
+	GOBIN=$(BIN) $(GO) install github.com/go-gremlins/gremlins/cmd/gremlins@$(GREMLINS_VERSION)
+
+.PHONY: mutate
+mutate: envtest-assets $(GREMLINS) ## The scenario suite's mutation score over PKG (default operators/multigres): killed, survived, not covered per file, the survivors (BASE=rev, MAX=n, LABELS=filter, MUTATE_JOBS=1).
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) run ./internal/cmd/mutate -gremlins $(GREMLINS) -pkg $(PKG) -j $(MUTATE_JOBS) \
+	  $(if $(BASE),-base $(BASE)) $(if $(MAX),-max $(MAX)) $(if $(LABELS),-labels "$(LABELS)")

@@ -1,0 +1,409 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"go/scanner"
+	"go/token"
+	"io"
+	"path"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Status is what became of a mutant.
+type Status string
+
+const (
+	Killed     Status = "KILLED"      // the suite failed with the mutant in place
+	TimedOut   Status = "TIMED OUT"   // the suite did not finish in time (counted as killed: it noticed)
+	Survived   Status = "SURVIVED"    // the suite passed with the mutant in place
+	NotCovered Status = "NOT COVERED" // no spec of the suite runs the mutated line
+	NotViable  Status = "NOT VIABLE"  // the mutated package does not build (or vet rejects it)
+	NotRun     Status = "NOT RUN"     // covered, but left out by -max
+)
+
+// Mutant is one token replacement at one position of a file.
+type Mutant struct {
+	File      string // slash-separated, relative to the module root
+	Line, Col int    // 1-based; Col counts bytes, as go/token does
+	Kind      string // gremlins' mutator type, e.g. CONDITIONALS_NEGATION
+	From, To  string // the token before and after
+	Status    Status
+	Detail    string // the failing spec of a killed mutant, the compile error of a non-viable one
+	Took      time.Duration
+}
+
+// Pos is file:line:col.
+func (m Mutant) Pos() string { return fmt.Sprintf("%s:%d:%d", m.File, m.Line, m.Col) }
+
+// mutations are gremlins v0.6.0's token replacements (internal/engine/mappings.go), by mutator type.
+var mutations = map[string]map[token.Token]token.Token{
+	"ARITHMETIC_BASE":       {token.ADD: token.SUB, token.MUL: token.QUO, token.QUO: token.MUL, token.REM: token.MUL, token.SUB: token.ADD},
+	"CONDITIONALS_BOUNDARY": {token.GEQ: token.GTR, token.GTR: token.GEQ, token.LEQ: token.LSS, token.LSS: token.LEQ},
+	"CONDITIONALS_NEGATION": {token.EQL: token.NEQ, token.GEQ: token.LSS, token.GTR: token.LEQ, token.LEQ: token.GTR, token.LSS: token.GEQ, token.NEQ: token.EQL},
+	"INCREMENT_DECREMENT":   {token.DEC: token.INC, token.INC: token.DEC},
+	"INVERT_NEGATIVES":      {token.SUB: token.ADD},
+	"INVERT_LOGICAL":        {token.LAND: token.LOR, token.LOR: token.LAND},
+	"INVERT_LOOPCTRL":       {token.BREAK: token.CONTINUE, token.CONTINUE: token.BREAK},
+	"INVERT_ASSIGNMENTS":    {token.ADD_ASSIGN: token.SUB_ASSIGN, token.MUL_ASSIGN: token.QUO_ASSIGN, token.QUO_ASSIGN: token.MUL_ASSIGN, token.REM_ASSIGN: token.MUL_ASSIGN, token.SUB_ASSIGN: token.ADD_ASSIGN},
+	"INVERT_BITWISE":        {token.AND: token.OR, token.OR: token.AND, token.XOR: token.AND, token.AND_NOT: token.AND, token.SHL: token.SHR, token.SHR: token.SHL},
+}
+
+// gremlinsReport is the part of gremlins' -o JSON that names the mutants (file names relative to the
+// directory gremlins was pointed at).
+type gremlinsReport struct {
+	Files []struct {
+		FileName  string `json:"file_name"`
+		Mutations []struct {
+			Type   string `json:"type"`
+			Line   int    `json:"line"`
+			Column int    `json:"column"`
+		} `json:"mutations"`
+	} `json:"files"`
+}
+
+// parseGremlins reads gremlins' JSON report of a dry run over dir (module-relative) and returns its
+// mutants, sorted by position and kind, with File module-relative. From and To are left to apply.
+func parseGremlins(r io.Reader, dir string) ([]Mutant, error) {
+	var rep gremlinsReport
+	if err := json.NewDecoder(r).Decode(&rep); err != nil {
+		return nil, fmt.Errorf("gremlins report: %w", err)
+	}
+	var out []Mutant
+	for _, f := range rep.Files {
+		for _, m := range f.Mutations {
+			out = append(out, Mutant{File: path.Join(dir, f.FileName), Line: m.Line, Col: m.Column, Kind: m.Type})
+		}
+	}
+	sortMutants(out)
+	return out, nil
+}
+
+func sortMutants(ms []Mutant) {
+	sort.SliceStable(ms, func(i, j int) bool {
+		a, b := ms[i], ms[j]
+		if a.File != b.File {
+			return a.File < b.File
+		}
+		if a.Line != b.Line {
+			return a.Line < b.Line
+		}
+		if a.Col != b.Col {
+			return a.Col < b.Col
+		}
+		return a.Kind < b.Kind
+	})
+}
+
+// apply returns src with m's token replaced, and m with From and To set. The token at m's position must
+// be one m's kind replaces: a position that does not hold one means the mutant list and the source
+// disagree, and is an error rather than a silently different mutant.
+func apply(src []byte, m Mutant) ([]byte, Mutant, error) {
+	fset := token.NewFileSet()
+	file := fset.AddFile(m.File, -1, len(src))
+	var s scanner.Scanner
+	s.Init(file, src, nil, 0)
+	for {
+		pos, tok, _ := s.Scan()
+		if tok == token.EOF {
+			return nil, m, fmt.Errorf("%s: no token there", m.Pos())
+		}
+		p := fset.Position(pos)
+		if p.Line < m.Line || (p.Line == m.Line && p.Column < m.Col) {
+			continue
+		}
+		if p.Line != m.Line || p.Column != m.Col {
+			return nil, m, fmt.Errorf("%s: no token starts there", m.Pos())
+		}
+		to, ok := mutations[m.Kind][tok]
+		if !ok {
+			return nil, m, fmt.Errorf("%s: %s does not mutate %q", m.Pos(), m.Kind, tok)
+		}
+		off := file.Offset(pos)
+		m.From, m.To = tok.String(), to.String()
+		out := make([]byte, 0, len(src)+len(m.To)-len(m.From))
+		out = append(out, src[:off]...)
+		out = append(out, m.To...)
+		out = append(out, src[off+len(m.From):]...)
+		return out, m, nil
+	}
+}
+
+// block is one statement block of a coverage profile.
+type block struct{ startLine, startCol, endLine, endCol int }
+
+// Coverage holds, by module-relative file, the blocks a run executed at least once.
+type Coverage map[string][]block
+
+var profileLine = regexp.MustCompile(`^(.+):(\d+)\.(\d+),(\d+)\.(\d+) \d+ (\d+)$`)
+
+// parseCoverage reads a go test -coverprofile file; import paths under module become module-relative.
+func parseCoverage(r io.Reader, module string) (Coverage, error) {
+	cov := Coverage{}
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "mode:") || line == "" {
+			continue
+		}
+		g := profileLine.FindStringSubmatch(line)
+		if g == nil {
+			return nil, fmt.Errorf("coverage profile: cannot read %q", line)
+		}
+		if g[6] == "0" {
+			continue
+		}
+		n := make([]int, 4)
+		for i := range n {
+			n[i], _ = strconv.Atoi(g[i+2])
+		}
+		f := strings.TrimPrefix(g[1], module+"/")
+		cov[f] = append(cov[f], block{n[0], n[1], n[2], n[3]})
+	}
+	return cov, sc.Err()
+}
+
+// Covers says whether a block that ran holds file:line:col.
+func (c Coverage) Covers(file string, line, col int) bool {
+	for _, b := range c[file] {
+		after := line > b.startLine || (line == b.startLine && col >= b.startCol)
+		before := line < b.endLine || (line == b.endLine && col <= b.endCol)
+		if after && before {
+			return true
+		}
+	}
+	return false
+}
+
+// Changed holds, by module-relative file, the line ranges (inclusive) a diff added or changed.
+type Changed map[string][][2]int
+
+var hunkHeader = regexp.MustCompile(`^@@ -\d+(?:,\d+)? \+(\d+)(?:,(\d+))? @@`)
+
+// parseDiff reads `git diff -U0` output (run from the module root, so paths are module-relative).
+func parseDiff(r io.Reader) (Changed, error) {
+	ch := Changed{}
+	file := ""
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "+++ "):
+			file = ""
+			if name := strings.TrimPrefix(line, "+++ "); strings.HasPrefix(name, "b/") {
+				file = strings.TrimPrefix(name, "b/")
+			}
+		case strings.HasPrefix(line, "@@ "):
+			g := hunkHeader.FindStringSubmatch(line)
+			if g == nil {
+				return nil, fmt.Errorf("diff: cannot read hunk header %q", line)
+			}
+			start, _ := strconv.Atoi(g[1])
+			n := 1
+			if g[2] != "" {
+				n, _ = strconv.Atoi(g[2])
+			}
+			if n > 0 && file != "" {
+				ch[file] = append(ch[file], [2]int{start, start + n - 1})
+			}
+		}
+	}
+	return ch, sc.Err()
+}
+
+// Has says whether the diff changed file's line.
+func (c Changed) Has(file string, line int) bool {
+	for _, r := range c[file] {
+		if line >= r[0] && line <= r[1] {
+			return true
+		}
+	}
+	return false
+}
+
+// pick returns the indices of max items out of n, evenly spaced so that a partial run samples every file
+// rather than the first ones; all of them when max is 0 or at least n.
+func pick(n, max int) []int {
+	if max <= 0 || max >= n {
+		max = n
+	}
+	out := make([]int, max)
+	for i := range out {
+		out[i] = i * n / max
+	}
+	return out
+}
+
+var (
+	ginkgoFail  = regexp.MustCompile(`^\s*\[(FAIL|PANICKED|TIMEDOUT|INTERRUPTED)\] (.+)$`)
+	compileLine = regexp.MustCompile(`^\S+\.go:\d+:\d+: .+$`)
+	goFail      = regexp.MustCompile(`^--- FAIL`)
+)
+
+// classify turns one run of the suite into a status: exitCode is the go command's (0 passed, -1 it was
+// killed at the deadline), output its combined output.
+func classify(exitCode int, deadline bool, output string) (Status, string) {
+	lines := strings.Split(output, "\n")
+	first := func(re *regexp.Regexp) string {
+		for _, l := range lines {
+			if re.MatchString(l) {
+				return strings.TrimSpace(l)
+			}
+		}
+		return ""
+	}
+	switch {
+	case deadline || strings.Contains(output, "panic: test timed out after"):
+		return TimedOut, first(ginkgoFail)
+	case exitCode == 0:
+		return Survived, ""
+	case strings.Contains(output, "[build failed]") || strings.Contains(output, "[setup failed]"):
+		return NotViable, first(compileLine)
+	}
+	// Ginkgo's closing summary names the failed specs, each on a [FAIL] line.
+	detail := ""
+	for i, l := range lines {
+		if strings.HasPrefix(l, "Summarizing ") {
+			for _, next := range lines[i+1:] {
+				if g := ginkgoFail.FindStringSubmatch(next); g != nil {
+					detail = "[" + g[1] + "] " + g[2]
+					break
+				}
+			}
+			break
+		}
+	}
+	if detail == "" {
+		detail = first(ginkgoFail)
+	}
+	if detail == "" {
+		detail = first(goFail)
+	}
+	return Killed, detail
+}
+
+// tally is one row of the report.
+type tally struct {
+	name                                                             string
+	total, killed, timedOut, survived, notCovered, notViable, notRun int
+}
+
+func (t *tally) add(s Status) {
+	t.total++
+	switch s {
+	case Killed:
+		t.killed++
+	case TimedOut:
+		t.timedOut++
+	case Survived:
+		t.survived++
+	case NotCovered:
+		t.notCovered++
+	case NotViable:
+		t.notViable++
+	case NotRun:
+		t.notRun++
+	}
+}
+
+// score is killed (timed out included) over killed and survived, "-" when nothing ran.
+func (t tally) score() string {
+	k := t.killed + t.timedOut
+	if k+t.survived == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*float64(k)/float64(k+t.survived))
+}
+
+// coverage is the covered mutants (all but not covered and not viable) over the viable ones.
+func (t tally) coverage() string {
+	viable := t.total - t.notViable
+	if viable == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.1f%%", 100*float64(viable-t.notCovered)/float64(viable))
+}
+
+// Header describes the run for the report's first lines.
+type Header struct {
+	Pkg, Suite, Labels, Base string
+	Generated, OutsideBase   int // mutants dropped: in generated files, on lines the diff did not change
+	Wall                     time.Duration
+}
+
+// report writes the per-file table, the totals and the survivors.
+func report(w io.Writer, h Header, ms []Mutant) {
+	fmt.Fprintf(w, "\nmutation score of %s (label filter %q) over %s", h.Suite, h.Labels, h.Pkg)
+	if h.Base != "" {
+		fmt.Fprintf(w, ", lines changed since %s", h.Base)
+	}
+	fmt.Fprintln(w)
+	if h.Generated > 0 {
+		fmt.Fprintf(w, "left out: %d mutants in generated files\n", h.Generated)
+	}
+	if h.Base != "" {
+		fmt.Fprintf(w, "left out: %d mutants on lines unchanged since %s\n", h.OutsideBase, h.Base)
+	}
+	byFile := map[string]*tally{}
+	var files []string
+	total := tally{name: "total"}
+	for _, m := range ms {
+		t, ok := byFile[m.File]
+		if !ok {
+			t = &tally{name: strings.TrimPrefix(m.File, h.Pkg+"/")}
+			byFile[m.File] = t
+			files = append(files, m.File)
+		}
+		t.add(m.Status)
+		total.add(m.Status)
+	}
+	sort.Strings(files)
+	width := len("total")
+	for _, f := range files {
+		width = max(width, len(byFile[f].name))
+	}
+	row := func(t tally) {
+		fmt.Fprintf(w, "%-*s %7d %6d %9d %8d %11d %10d %7d %7s %9s\n", width, t.name, t.total, t.killed, t.timedOut,
+			t.survived, t.notCovered, t.notViable, t.notRun, t.score(), t.coverage())
+	}
+	fmt.Fprintf(w, "%-*s %7s %6s %9s %8s %11s %10s %7s %7s %9s\n", width, "file", "mutants", "killed", "timed out",
+		"survived", "not covered", "not viable", "not run", "score", "covered")
+	for _, f := range files {
+		row(*byFile[f])
+	}
+	row(total)
+	fmt.Fprintln(w, "score: killed (timed out included) / (killed + survived); covered: mutants a spec runs / viable mutants")
+	if total.notRun > 0 {
+		fmt.Fprintf(w, "%d covered mutants not run (-max): the score is over an evenly spaced sample of %d\n",
+			total.notRun, total.killed+total.timedOut+total.survived)
+	}
+	var survivors []Mutant
+	for _, m := range ms {
+		if m.Status == Survived {
+			survivors = append(survivors, m)
+		}
+	}
+	fmt.Fprintf(w, "survivors (%d):\n", len(survivors))
+	for _, m := range survivors {
+		fmt.Fprintf(w, "  %s %s (%s -> %s)\n", m.Pos(), m.Kind, m.From, m.To)
+	}
+	if h.Wall > 0 {
+		fmt.Fprintf(w, "wall time: %s\n", h.Wall.Round(time.Second))
+	}
+}
+
+// progress is the line printed when a mutant's run ends.
+func progress(i, n int, m Mutant) string {
+	s := fmt.Sprintf("[%*d/%d] %-11s %s %s (%s -> %s) %s", len(strconv.Itoa(n)), i, n, m.Status, m.Pos(), m.Kind,
+		m.From, m.To, m.Took.Round(100*time.Millisecond))
+	if m.Detail != "" {
+		s += "  " + m.Detail
+	}
+	return s
+}

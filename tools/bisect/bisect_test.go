@@ -1,0 +1,327 @@
+// Package bisect holds the self-test of bisect.sh (make bisect): it bisects a tiny Go module's history with
+// `go test`, so it needs neither envtest nor the scenario suite.
+package bisect
+
+import (
+	"crypto/sha256"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// history is the tiny module's commits, oldest first: each writes the files it names ("" deletes one).
+// Commit 2 does not compile, commit 3 repairs it, and TestSum fails from commit 4 on.
+var history = []struct {
+	subject string
+	files   map[string]string
+}{
+	{"add Sum and its test", map[string]string{
+		"go.mod":      "module tiny\n\ngo 1.21\n",
+		"sum.go":      "package tiny\n\n// Sum adds.\nfunc Sum(a, b int) int { return a + b }\n",
+		"sum_test.go": "package tiny\n\nimport \"testing\"\n\nfunc TestSum(t *testing.T) {\n\tif got := Sum(2, 3); got != 5 {\n\t\tt.Fatalf(\"Sum(2, 3) = %d, want 5\", got)\n\t}\n}\n",
+	}},
+	{"start Mul (does not compile)", map[string]string{"mul.go": "package tiny\n\nfunc Mul(a, b int) int { return a * c }\n"}},
+	{"repair Mul", map[string]string{"mul.go": "package tiny\n\nfunc Mul(a, b int) int { return a * b }\n"}},
+	{"rewrite Sum without the plus", map[string]string{"sum.go": "package tiny\n\n// Sum adds.\nfunc Sum(a, b int) int { return a - -b - 2*b }\n"}},
+	{"add a README", map[string]string{"README": "tiny\n"}},
+	{"document Mul", map[string]string{"mul.go": "package tiny\n\n// Mul multiplies.\nfunc Mul(a, b int) int { return a * b }\n"}},
+}
+
+// testCmd is what each bisect step runs in the tiny module instead of the scenario suite.
+const testCmd = `go test -count=1 -run "$FOCUS" ./...`
+
+// env is the environment of every git and go command here and of bisect.sh: no user or system git config
+// (no hooks, signing or templates of the machine), a fixed identity, and Go without workspaces or
+// toolchain switches. TMPDIR is the test's own, so leftovers can be seen.
+func env(tmp string, extra ...string) []string {
+	var out []string
+	for _, kv := range os.Environ() {
+		k, _, _ := strings.Cut(kv, "=")
+		switch {
+		case strings.HasPrefix(k, "GIT_"), k == "GOFLAGS", k == "GOWORK", k == "GOTOOLCHAIN", k == "TMPDIR",
+			k == "GOOD", k == "BAD", k == "FOCUS", k == "REPORT_DIR", strings.HasPrefix(k, "BISECT_"):
+			continue
+		}
+		out = append(out, kv)
+	}
+	out = append(out, "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1",
+		"GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@example.com", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@example.com",
+		"GOWORK=off", "GOTOOLCHAIN=local", "GOFLAGS=", "TMPDIR="+tmp)
+	return append(out, extra...)
+}
+
+func run(t *testing.T, dir string, environ []string, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Dir, cmd.Env = dir, environ
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// tinyRepo builds the history in a new repository on branch main, then leaves its checkout dirty the way a
+// user's is: a modified tracked file, a staged change, an untracked file and a stale index. It returns the repository
+// and the commits' hashes, oldest first.
+func tinyRepo(t *testing.T, tmp string) (string, []string) {
+	t.Helper()
+	repo := filepath.Join(t.TempDir(), "tiny")
+	if err := os.MkdirAll(repo, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	e := env(tmp)
+	run(t, repo, e, "git", "init", "-q", "-b", "main")
+	var hashes []string
+	for _, c := range history {
+		for name, content := range c.files {
+			if err := os.WriteFile(filepath.Join(repo, name), []byte(content), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		run(t, repo, e, "git", "add", "-A")
+		run(t, repo, e, "git", "commit", "-q", "-m", c.subject)
+		hashes = append(hashes, run(t, repo, e, "git", "rev-parse", "HEAD"))
+	}
+	for name, content := range map[string]string{"README": "tiny, edited\n", "notes.txt": "untracked\n", "mul.go": "package tiny\n\n// Mul: staged.\nfunc Mul(a, b int) int { return a * b }\n"} {
+		if err := os.WriteFile(filepath.Join(repo, name), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run(t, repo, e, "git", "add", "mul.go")
+	// Leave the index stale too (sum.go's stat data no longer matches it): a `git status` in the caller's
+	// checkout would rewrite the index file, and the test would see it.
+	later := time.Now().Add(time.Hour)
+	if err := os.Chtimes(filepath.Join(repo, "sum.go"), later, later); err != nil {
+		t.Fatal(err)
+	}
+	return repo, hashes
+}
+
+// state is everything of the caller's checkout the bisect must leave as it was: HEAD (the branch and its
+// commit), the index file's bytes, every working-tree file's content, the worktree list, bisect state and
+// refs. The index is hashed first, before any git command could refresh it.
+func state(t *testing.T, repo string, e []string) string {
+	t.Helper()
+	var b strings.Builder
+	idx, err := os.ReadFile(filepath.Join(repo, ".git", "index"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fmt.Fprintf(&b, "index %x\n", sha256.Sum256(idx))
+	var files []string
+	err = filepath.WalkDir(repo, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && d.Name() == ".git" {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() {
+			c, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			rel, _ := filepath.Rel(repo, p)
+			files = append(files, fmt.Sprintf("file %s %x", rel, sha256.Sum256(c)))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(files)
+	b.WriteString(strings.Join(files, "\n") + "\n")
+	head, _ := os.ReadFile(filepath.Join(repo, ".git", "HEAD"))
+	fmt.Fprintf(&b, "HEAD %s", head)
+	fmt.Fprintf(&b, "at %s\n", run(t, repo, e, "git", "rev-parse", "HEAD"))
+	fmt.Fprintf(&b, "worktrees:\n%s\n", run(t, repo, e, "git", "worktree", "list", "--porcelain"))
+	fmt.Fprintf(&b, "refs:\n%s\n", run(t, repo, e, "git", "for-each-ref"))
+	for _, f := range []string{"BISECT_LOG", "BISECT_START", "BISECT_TERMS", "worktrees"} {
+		if _, err := os.Stat(filepath.Join(repo, ".git", f)); err == nil {
+			fmt.Fprintf(&b, ".git/%s exists\n", f)
+		}
+	}
+	// Plumbing only: `git diff` and `git status` may rewrite a stale index (its stat data), and the index's
+	// bytes are what is compared.
+	fmt.Fprintf(&b, "unstaged:\n%s\nstaged:\n%s\n", run(t, repo, e, "git", "diff-files", "--name-status"),
+		run(t, repo, e, "git", "diff-index", "--cached", "-p", "HEAD"))
+	return b.String()
+}
+
+func script(t *testing.T) string {
+	t.Helper()
+	for _, tool := range []string{"git", "go", "bash"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s is not installed", tool)
+		}
+	}
+	p, err := filepath.Abs("bisect.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// leftovers lists what the bisect left in the temp dir it was given.
+func leftovers(t *testing.T, tmp string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+func TestBisectNamesTheFirstBadCommitAndLeavesTheCheckoutAlone(t *testing.T) {
+	sh := script(t)
+	tmp := t.TempDir()
+	repo, hashes := tinyRepo(t, tmp)
+	e := env(tmp)
+	before := state(t, repo, e)
+
+	start := time.Now()
+	cmd := exec.Command("bash", sh)
+	cmd.Dir = filepath.Join(repo) // bisect.sh bisects the checkout it is run in
+	cmd.Env = env(tmp, "GOOD="+hashes[0], "FOCUS=TestSum", "BISECT_TEST_CMD="+testCmd)
+	outb, err := cmd.CombinedOutput()
+	out := string(outb)
+	t.Logf("bisect.sh took %s:\n%s", time.Since(start).Round(time.Millisecond), out)
+	if err != nil {
+		t.Fatalf("bisect.sh failed: %v", err)
+	}
+
+	want := "first bad commit: " + hashes[3] + " " + history[3].subject
+	if !strings.Contains(out, want) {
+		t.Errorf("the output does not name commit 4: want %q", want)
+	}
+	if !strings.Contains(out, "Sum(2, 3) = -1, want 5") {
+		t.Error("the output does not show the failing test's message at commit 4")
+	}
+	// Commit 2 does not compile: if bisect tested it, it was skipped, never called good or bad.
+	for _, line := range strings.Split(out, "\n") {
+		if strings.Contains(line, hashes[1][:12]) && !strings.Contains(line, "skip") {
+			t.Errorf("commit 2, which does not compile, was not skipped: %q", line)
+		}
+	}
+	if after := state(t, repo, e); after != before {
+		t.Errorf("the caller's checkout changed:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	if l := leftovers(t, tmp); len(l) > 0 {
+		t.Errorf("bisect.sh left %v in its temp dir", l)
+	}
+}
+
+func TestBisectSkipsACommitThatDoesNotCompile(t *testing.T) {
+	sh := script(t)
+	tmp := t.TempDir()
+	repo, hashes := tinyRepo(t, tmp)
+	// BAD is commit 3 (Sum still right): with GOOD commit 1 the only commit between is 2, which bisect must
+	// test; make TestSum fail at 3 by focusing a test command that fails from 3 on (mul.go compiles there).
+	cmd := exec.Command("bash", sh)
+	cmd.Dir = repo
+	cmd.Env = env(tmp, "GOOD="+hashes[0], "BAD="+hashes[2], "FOCUS=TestSum",
+		"BISECT_TEST_CMD=test ! -f mul.go && "+testCmd)
+	outb, err := cmd.CombinedOutput()
+	out := string(outb)
+	t.Logf("%s", out)
+	if err == nil {
+		t.Fatal("bisect.sh succeeded, yet the only commit between cannot be tested")
+	}
+	if !strings.Contains(out, hashes[1][:12]+"  skip") || !strings.Contains(out, "does not build: ./mul.go:3") {
+		t.Errorf("commit 2 was not tested and skipped with its compile error")
+	}
+	if !strings.Contains(out, "the first bad commit is one of these") || !strings.Contains(out, hashes[1]+" "+history[1].subject) ||
+		!strings.Contains(out, hashes[2]+" "+history[2].subject) {
+		t.Errorf("the output does not name the two candidates")
+	}
+}
+
+func TestBisectSaysWhatToPass(t *testing.T) {
+	sh := script(t)
+	tmp := t.TempDir()
+	for _, c := range []struct {
+		env  []string
+		want string
+	}{
+		{[]string{"FOCUS=TestSum"}, "make bisect: pass GOOD=<rev>"},
+		{[]string{"GOOD=HEAD~2"}, "make bisect: pass FOCUS=<spec regexp>"},
+	} {
+		cmd := exec.Command("bash", sh)
+		cmd.Dir = tmp
+		cmd.Env = env(tmp, c.env...)
+		out, err := cmd.CombinedOutput()
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+		if err == nil || len(lines) != 1 || !strings.HasPrefix(lines[0], c.want) {
+			t.Errorf("with %v: err %v, want one line starting %q, got:\n%s", c.env, err, c.want, out)
+		}
+	}
+}
+
+// Ctrl-C (SIGINT to the whole process group, as a terminal sends it) in the middle of a step: the worktree
+// and the temp dir are removed and the checkout is as it was.
+func TestBisectCleansUpOnCtrlC(t *testing.T) {
+	sh := script(t)
+	tmp := t.TempDir()
+	repo, hashes := tinyRepo(t, tmp)
+	e := env(tmp)
+	before := state(t, repo, e)
+	mark := filepath.Join(t.TempDir(), "step-started")
+
+	cmd := exec.Command("bash", sh)
+	cmd.Dir = repo
+	cmd.Env = env(tmp, "GOOD="+hashes[0], "FOCUS=TestSum", "MARK="+mark, `BISECT_TEST_CMD=touch "$MARK"; sleep 30`)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		if _, err := os.Stat(mark); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+			_ = cmd.Wait()
+			t.Fatalf("no step started within 15 s:\n%s", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := syscall.Kill(-cmd.Process.Pid, syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Errorf("bisect.sh exited 0 after Ctrl-C")
+		}
+	case <-time.After(15 * time.Second):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		t.Fatalf("bisect.sh did not end within 15 s of Ctrl-C:\n%s", out.String())
+	}
+	t.Logf("%s", out.String())
+	if !strings.Contains(out.String(), "interrupted; the worktree is removed") {
+		t.Error("bisect.sh did not say it was interrupted")
+	}
+	if after := state(t, repo, e); after != before {
+		t.Errorf("the caller's checkout changed:\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	if l := leftovers(t, tmp); len(l) > 0 {
+		t.Errorf("bisect.sh left %v in its temp dir", l)
+	}
+}
