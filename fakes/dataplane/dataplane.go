@@ -1,6 +1,7 @@
 // Package dataplane simulates the parts of a Kubernetes node and control plane that envtest lacks: a kubelet
-// (pod phase, container statuses, readiness, in-place restarts, crash loops, held client connections) and the
-// owner-reference garbage collector (background and foreground deletion).
+// (one Ready Node, pod binding, pod IPs, pod phase, container statuses, readiness, in-place restarts, crash
+// loops, run-to-completion pods, graceful deletion, held client connections) and the owner-reference garbage
+// collector (background and foreground deletion).
 //
 // It knows no operator. Wire it into a manager with New(opts).SetupWithManager(mgr); under ensemble, Manager
 // gives the suite.ManagerOptions that do so. Both controllers act on every namespace.
@@ -30,12 +31,14 @@ const (
 	GCControllerName = "dataplane-gc"
 	// DefaultFieldOwner is the server-side-apply field manager of the kubelet's pod status writes.
 	DefaultFieldOwner = "ensemble-dataplane"
+	// DefaultNodeName is the name of the kubelet's Node when Options.NodeName is empty.
+	DefaultNodeName = "ensemble-node"
 )
 
 // Options configures a DataPlane. The zero value of every field means its default (see DefaultOptions).
 type Options struct {
-	// StartDelay is the time from the kubelet's first sight of a pod to phase Running with its containers
-	// started (not yet ready). Default 20ms.
+	// StartDelay is the time from the kubelet's first sight of a pod (its binding, for a pod created without
+	// nodeName) to phase Running with its containers started (not yet ready). Default 20ms.
 	StartDelay time.Duration
 	// ReadyDelay is the time from a container start (first start, in-place restart, end of a crash loop) to
 	// the container being ready. Default 30ms.
@@ -60,6 +63,18 @@ type Options struct {
 	// FieldOwner is the field manager of the kubelet's server-side-apply status writes. Default
 	// "ensemble-dataplane".
 	FieldOwner string
+	// NodeName is the name of the one Node the kubelet registers at setup (created when absent, Ready, with
+	// address NodeInternalIP and pod CIDR PodCIDR) and binds every unscheduled pod to. Default
+	// "ensemble-node" (DefaultNodeName).
+	NodeName string
+	// NodeLeaseRenewInterval is how often the kubelet renews its node's Lease (namespace kube-node-lease,
+	// name NodeName, duration 40 s), so that a node lifecycle controller keeps the node Ready. Default 10s,
+	// as the real kubelet; negative: no Lease at all.
+	NodeLeaseRenewInterval time.Duration
+	// RunFor is how long the containers of a pod that runs to completion (one owned by a batch Job, or
+	// annotated AnnotationRunFor) run from their start before they exit (with code 0, or the one annotated
+	// AnnotationExitCode). The annotation AnnotationRunFor overrides it per pod. Default 100ms.
+	RunFor time.Duration
 }
 
 // DefaultOptions returns Options with every default filled in (GCKinds stays empty: every served kind).
@@ -85,6 +100,15 @@ func (o Options) withDefaults() Options {
 	}
 	if o.FieldOwner == "" {
 		o.FieldOwner = DefaultFieldOwner
+	}
+	if o.NodeName == "" {
+		o.NodeName = DefaultNodeName
+	}
+	if o.NodeLeaseRenewInterval == 0 {
+		o.NodeLeaseRenewInterval = 10 * time.Second
+	}
+	if o.RunFor <= 0 {
+		o.RunFor = 100 * time.Millisecond
 	}
 	o.RestartAnnotations = append([]string(nil), o.RestartAnnotations...)
 	o.GCKinds = append([]client.Object(nil), o.GCKinds...)
@@ -174,7 +198,9 @@ type Entry struct {
 	Namespace, Name string
 	// Kind is the object's kind, e.g. "Pod".
 	Kind string
-	// Op is the write: "status" (kubelet status apply), "delete" (GC deletes a dependent),
+	// Op is the write: "status" (kubelet status apply), "bind" (kubelet binds a pod to its node through
+	// pods/binding), "remove" (kubelet deletes a terminating pod with grace period 0), "create" (kubelet
+	// registers its Node), "renew" (kubelet renews its node Lease), "delete" (GC deletes a dependent),
 	// "remove-finalizer" (GC completes a foreground or orphan deletion), "orphan" (GC removes an owner
 	// reference from a dependent of an orphan deletion).
 	Op string

@@ -21,19 +21,30 @@ import (
 	"github.com/ensembletest/ensemble/fakes/internal/trigger"
 )
 
-// KubeletReconciler is the kubelet stand-in, controller "dataplane-kubelet". It reconciles every Pod in every
-// namespace and writes the pod's status by server-side apply with its own field owner, owning only phase,
-// podIP(s), startTime, containerStatuses and the conditions PodScheduled, PodReadyToStartContainers,
-// Initialized, ContainersReady and Ready (so readiness-gate conditions written by an operator keep their own
-// owner). A pod's life:
-//   - created: left Pending (the API server's default) for StartDelay;
-//   - Running: containers started, not ready; after ReadyDelay containers ready;
+// KubeletReconciler is the kubelet stand-in, controller "dataplane-kubelet". At setup it registers one Node
+// (Options.NodeName, created when absent: Ready, InternalIP NodeInternalIP, pod CIDR PodCIDR) and starts
+// renewing its Lease. It reconciles every Pod in every namespace and writes the pod's status by server-side
+// apply with its own field owner, owning only phase, podIP(s), hostIP(s), startTime, containerStatuses and the
+// conditions PodScheduled, PodReadyToStartContainers, Initialized, ContainersReady and Ready (so
+// readiness-gate conditions written by an operator keep their own owner). A pod's life:
+//   - created without spec.nodeName: bound to the node through pods/binding (a pod with scheduling gates waits
+//     for them to go); a pod created with a nodeName, any, is run as it is;
+//   - left Pending (the API server's default) for StartDelay from the kubelet's first sight of it;
+//   - Running: a pod IP from PodCIDR (unique among existing pods, kept for the pod's life), hostIP
+//     NodeInternalIP, containers started, not ready; after ReadyDelay containers ready;
 //   - Ready = ContainersReady and every spec.readinessGates condition True, recomputed on every pod change;
 //   - a RestartAnnotations value change on a running pod: in-place restart (see Options);
 //   - CrashLoop on: containers waiting in CrashLoopBackOff, restartCount rising; off: start again;
-//   - deletionTimestamp set (a pod kept by a finalizer): containers terminated (exit 0), not ready, phase
-//     Succeeded, connections dropped. A pod without a finalizer is removed by the API server at once (it has
-//     no nodeName); the kubelet does not interfere.
+//   - run to completion (pods owned by a batch Job, or annotated AnnotationRunFor): Options.RunFor (or the
+//     annotation) after their start the containers exit with code 0 or AnnotationExitCode. Unless
+//     spec.restartPolicy restarts them (Always; OnFailure after a non-zero code), the pod is terminal:
+//     Succeeded (code 0) or Failed, not ready, connections dropped, and nothing restarts it. A restart is
+//     immediate the first time, then waits in CrashLoopBackOff (CrashLoopBackoff doubling up to
+//     CrashLoopMaxBackoff), restartCount + 1 per restart;
+//   - deletionTimestamp set: containers terminated (exit 0, unless they had exited already), not ready,
+//     phase Succeeded, connections dropped; then, once the pod has a nodeName and no finalizer, the kubelet
+//     deletes it with grace period 0 (a pod kept by a finalizer stays, terminated, until the finalizer goes).
+//     A terminating pod without nodeName is the API server's to remove.
 //
 // Init containers get no status. Create it with New (DataPlane.Kubelet); the zero value is not usable.
 type KubeletReconciler struct {
@@ -50,7 +61,7 @@ type KubeletReconciler struct {
 	conns   map[types.NamespacedName]map[uint64]struct{}
 	dropped map[types.NamespacedName]int
 	nextID  uint64
-	nextIP  uint32
+	ips     *ipPool
 }
 
 type termination struct {
@@ -64,6 +75,9 @@ type podState struct {
 	uid         types.UID
 	firstSeen   time.Time
 	ip          string
+	ipOffset    uint32 // in k.ips, released when the pod goes
+	bound       bool   // binding created (the cache may not show spec.nodeName yet)
+	removed     bool   // deleted with grace period 0 (the cache may not show it gone yet)
 	running     bool
 	startedAt   time.Time
 	readyAt     time.Time
@@ -75,6 +89,12 @@ type podState struct {
 	lastTerm    *termination
 	terminated  bool
 	terminateAt time.Time
+	// Run to completion: exited is set when the containers exited for good (the pod is terminal); restartAt,
+	// when not zero, is when containers that exited are started again; exitRestarts counts those restarts
+	// (it drives their back-off).
+	exited       *termination
+	restartAt    time.Time
+	exitRestarts int
 }
 
 func newKubelet(opts Options, l *writeLog) *KubeletReconciler {
@@ -85,14 +105,27 @@ func newKubelet(opts Options, l *writeLog) *KubeletReconciler {
 		crash:   map[types.NamespacedName]bool{},
 		conns:   map[types.NamespacedName]map[uint64]struct{}{},
 		dropped: map[types.NamespacedName]int{},
+		ips:     newIPPool(),
 	}
 }
 
-// SetupWithManager registers the controller "dataplane-kubelet" with mgr: it watches every Pod and
-// the kubelet's own trigger (CrashLoop).
+// SetupWithManager creates the kubelet's Node when absent (an API call, made at once: the API server must be
+// up), adds the node Lease heartbeat to mgr (unless Options.NodeLeaseRenewInterval is negative) and
+// registers the controller "dataplane-kubelet" with mgr: it watches every Pod and the kubelet's own trigger
+// (CrashLoop).
 func (k *KubeletReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if k.Client == nil {
 		k.Client = mgr.GetClient()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := k.ensureNode(ctx); err != nil {
+		return fmt.Errorf("register node %s: %w", k.opts.NodeName, err)
+	}
+	if k.opts.NodeLeaseRenewInterval > 0 {
+		if err := mgr.Add(heartbeat{k}); err != nil {
+			return err
+		}
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(KubeletControllerName).
@@ -156,6 +189,35 @@ func (k *KubeletReconciler) CrashLoop(namespace, pod string, on bool) {
 	k.trigger.Enqueue(reconcile.Request{NamespacedName: kk})
 }
 
+// forgetLocked forgets the pod kk: its state, its IP and its connections (dropped). k.mu must be held.
+func (k *KubeletReconciler) forgetLocked(kk types.NamespacedName) {
+	if st := k.pods[kk]; st != nil {
+		k.ips.release(st.ipOffset)
+	}
+	delete(k.pods, kk)
+	k.dropLocked(kk)
+}
+
+// bindOrForget binds pod; on a failure it clears st.bound so that a later pass binds again, but for
+// Conflict (the pod was bound or is being deleted meanwhile) and NotFound, whose own event comes.
+func (k *KubeletReconciler) bindOrForget(ctx context.Context, pod *corev1.Pod, st *podState) error {
+	err := k.bind(ctx, pod)
+	if err == nil || apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		return nil
+	}
+	k.unmark(client.ObjectKeyFromObject(pod), st, func(st *podState) { st.bound = false })
+	return err
+}
+
+// unmark applies undo to st if st is still the state of kk.
+func (k *KubeletReconciler) unmark(kk types.NamespacedName, st *podState, undo func(*podState)) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.pods[kk] == st {
+		undo(st)
+	}
+}
+
 // dropLocked drops every connection held to kk. k.mu must be held.
 func (k *KubeletReconciler) dropLocked(kk types.NamespacedName) {
 	if n := len(k.conns[kk]); n > 0 {
@@ -164,15 +226,15 @@ func (k *KubeletReconciler) dropLocked(kk types.NamespacedName) {
 	}
 }
 
-// Reconcile advances one pod's simulated life to now and applies the status that results, when it differs
-// from the pod's. It asks to be woken at the pod's next timed step.
+// Reconcile advances one pod's simulated life to now: it binds an unscheduled pod, applies the status that
+// results when it differs from the pod's, and deletes a terminating pod that is done. It asks to be woken at
+// the pod's next timed step.
 func (k *KubeletReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	pod := &corev1.Pod{}
 	if err := k.Client.Get(ctx, req.NamespacedName, pod); err != nil {
 		if apierrors.IsNotFound(err) {
 			k.mu.Lock()
-			delete(k.pods, req.NamespacedName)
-			k.dropLocked(req.NamespacedName)
+			k.forgetLocked(req.NamespacedName)
 			k.mu.Unlock()
 			return reconcile.Result{}, nil
 		}
@@ -183,32 +245,51 @@ func (k *KubeletReconciler) Reconcile(ctx context.Context, req reconcile.Request
 	st := k.pods[req.NamespacedName]
 	if st == nil || st.uid != pod.UID {
 		if st != nil {
-			k.dropLocked(req.NamespacedName) // an earlier incarnation vanished between two events
+			k.forgetLocked(req.NamespacedName) // an earlier incarnation vanished between two events
 		}
-		k.nextIP++
-		st = &podState{
-			uid:       pod.UID,
-			firstSeen: now,
-			ip:        fmt.Sprintf("10.88.%d.%d", (k.nextIP/250)%250, k.nextIP%250+1),
-		}
+		st = &podState{uid: pod.UID, firstSeen: now}
+		st.ipOffset, st.ip = k.ips.allocate()
 		k.pods[req.NamespacedName] = st
 	}
+	if pod.DeletionTimestamp == nil && pod.Spec.NodeName == "" {
+		bind := !st.bound && len(pod.Spec.SchedulingGates) == 0
+		if bind {
+			st.bound, st.firstSeen = true, now // StartDelay counts from the binding
+		}
+		k.mu.Unlock()
+		if !bind {
+			return reconcile.Result{}, nil // bound, or gated: the pod's next change wakes the kubelet
+		}
+		return reconcile.Result{}, k.bindOrForget(ctx, pod, st)
+	}
 	desired, wake := k.advanceLocked(req.NamespacedName, st, pod, now)
+	remove := removable(pod) && !st.removed
+	st.removed = st.removed || remove
 	k.mu.Unlock()
 
+	if desired != nil && !sameStatus(view(&pod.Status), view(desired)) {
+		keepTransitionTimes(desired, &pod.Status, now)
+		if err := k.apply(ctx, pod, desired); err != nil {
+			if remove {
+				k.unmark(req.NamespacedName, st, func(st *podState) { st.removed = false })
+			}
+			if apierrors.IsNotFound(err) {
+				return reconcile.Result{}, nil
+			}
+			return reconcile.Result{}, err
+		}
+	}
+	if remove {
+		// NotFound: gone already; Conflict: the UID precondition failed, another incarnation's events come.
+		if err := k.remove(ctx, pod); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			k.unmark(req.NamespacedName, st, func(st *podState) { st.removed = false })
+			return reconcile.Result{}, err
+		}
+		return reconcile.Result{}, nil
+	}
 	result := reconcile.Result{}
 	if !wake.IsZero() {
 		result.RequeueAfter = max(wake.Sub(now), time.Millisecond)
-	}
-	if desired == nil || sameStatus(view(&pod.Status), view(desired)) {
-		return result, nil
-	}
-	keepTransitionTimes(desired, &pod.Status, now)
-	if err := k.apply(ctx, pod, desired); err != nil {
-		if apierrors.IsNotFound(err) {
-			return reconcile.Result{}, nil
-		}
-		return reconcile.Result{}, err
 	}
 	return result, nil
 }
@@ -220,7 +301,7 @@ func (k *KubeletReconciler) advanceLocked(kk types.NamespacedName, st *podState,
 		if !st.running {
 			return nil, time.Time{}
 		}
-		if !st.terminated {
+		if !st.terminated && st.exited == nil {
 			st.terminated = true
 			st.terminateAt = now
 			k.dropLocked(kk)
@@ -231,24 +312,28 @@ func (k *KubeletReconciler) advanceLocked(kk types.NamespacedName, st *podState,
 	if now.Before(runAt) {
 		return nil, runAt
 	}
+	if st.exited != nil {
+		return k.status(st, pod, false), time.Time{} // terminal: nothing starts it again
+	}
 	if !st.running {
 		st.running = true
-		st.startedAt = now
-		st.readyAt = now.Add(k.opts.ReadyDelay)
+		st.start(now, k.opts.ReadyDelay)
 		st.annotations = k.watched(pod)
 	} else if cur := k.watched(pod); !equalMaps(cur, st.annotations) {
 		st.annotations = cur
 		if !st.crashing {
+			if st.restartAt.IsZero() { // running, not waiting to restart after an exit
+				st.lastTerm = &termination{exitCode: 0, reason: "Completed", startedAt: st.startedAt, finishedAt: now}
+			}
 			st.restarts++
 			k.dropLocked(kk)
-			st.lastTerm = &termination{exitCode: 0, reason: "Completed", startedAt: st.startedAt, finishedAt: now}
-			st.startedAt = now
-			st.readyAt = now.Add(k.opts.ReadyDelay)
+			st.start(now, k.opts.ReadyDelay)
 		}
 	}
 	switch crash := k.crash[kk]; {
 	case crash && !st.crashing:
 		st.crashing = true
+		st.restartAt = time.Time{}
 		st.restarts++
 		k.dropLocked(kk)
 		st.lastTerm = &termination{exitCode: 1, reason: "Error", startedAt: st.startedAt, finishedAt: now}
@@ -262,18 +347,80 @@ func (k *KubeletReconciler) advanceLocked(kk types.NamespacedName, st *podState,
 	case !crash && st.crashing:
 		st.crashing = false
 		st.restarts++
-		st.startedAt = now
-		st.readyAt = now.Add(k.opts.ReadyDelay)
+		st.start(now, k.opts.ReadyDelay)
 	}
-	containersReady := !st.crashing && !now.Before(st.readyAt)
-	var wake time.Time
-	switch {
-	case st.crashing:
-		wake = st.nextCrash
-	case !containersReady:
-		wake = st.readyAt
+	if st.crashing {
+		return k.status(st, pod, false), st.nextCrash
+	}
+	wake, terminal := k.completeLocked(kk, st, pod, now)
+	if terminal {
+		return k.status(st, pod, false), time.Time{}
+	}
+	containersReady := st.restartAt.IsZero() && !now.Before(st.readyAt)
+	if !containersReady && st.restartAt.IsZero() {
+		wake = earliest(wake, st.readyAt)
 	}
 	return k.status(st, pod, containersReady), wake
+}
+
+// start (re)starts st's containers at now: ready after readyDelay.
+func (st *podState) start(now time.Time, readyDelay time.Duration) {
+	st.startedAt = now
+	st.readyAt = now.Add(readyDelay)
+	st.restartAt = time.Time{}
+}
+
+// completeLocked runs the run-to-completion steps of a running, not crash-looping pod: the containers exit
+// once they ran their time, then restart (after a back-off) or leave the pod terminal, as its restartPolicy
+// says. It returns the time of its next step (zero: none) and whether the pod is now terminal. k.mu must be
+// held.
+func (k *KubeletReconciler) completeLocked(kk types.NamespacedName, st *podState, pod *corev1.Pod, now time.Time) (time.Time, bool) {
+	runFor, code, ok := completion(pod, k.opts.RunFor)
+	if !ok {
+		if !st.restartAt.IsZero() { // no longer annotated: containers waiting to restart start now
+			st.restarts++
+			st.start(now, k.opts.ReadyDelay)
+		}
+		return time.Time{}, false
+	}
+	if !st.restartAt.IsZero() {
+		if now.Before(st.restartAt) {
+			return st.restartAt, false
+		}
+		st.restarts++
+		st.start(now, k.opts.ReadyDelay)
+	}
+	exitAt := st.startedAt.Add(runFor)
+	if now.Before(exitAt) {
+		return exitAt, false
+	}
+	term := &termination{exitCode: code, reason: exitReason(code), startedAt: st.startedAt, finishedAt: exitAt}
+	k.dropLocked(kk)
+	if !restartsAfterExit(pod.Spec.RestartPolicy, code) {
+		st.exited = term
+		return time.Time{}, true
+	}
+	st.lastTerm = term
+	backoff := time.Duration(0) // the first restart is immediate, as the real kubelet's
+	if st.exitRestarts > 0 {
+		backoff = min(k.opts.CrashLoopBackoff<<min(st.exitRestarts-1, 20), k.opts.CrashLoopMaxBackoff)
+	}
+	st.exitRestarts++
+	if backoff == 0 {
+		st.restarts++
+		st.start(now, k.opts.ReadyDelay)
+		return st.startedAt.Add(runFor), false
+	}
+	st.restartAt = now.Add(backoff)
+	return st.restartAt, false
+}
+
+// earliest returns the earlier of a and b, a zero time counting as none.
+func earliest(a, b time.Time) time.Time {
+	if a.IsZero() || (!b.IsZero() && b.Before(a)) {
+		return b
+	}
+	return a
 }
 
 func (k *KubeletReconciler) watched(pod *corev1.Pod) map[string]string {
@@ -308,11 +455,17 @@ func (k *KubeletReconciler) status(st *podState, pod *corev1.Pod, containersRead
 		Phase:     corev1.PodRunning,
 		PodIP:     st.ip,
 		PodIPs:    []corev1.PodIP{{IP: st.ip}},
+		HostIP:    NodeInternalIP,
+		HostIPs:   []corev1.HostIP{{IP: NodeInternalIP}},
 		StartTime: &startTime,
 	}
-	if st.terminated {
+	switch {
+	case st.exited != nil && st.exited.exitCode != 0:
+		s.Phase = corev1.PodFailed
+	case st.exited != nil, st.terminated:
 		s.Phase = corev1.PodSucceeded
 	}
+	terminal := s.Phase != corev1.PodRunning
 	var unready []string
 	for _, c := range pod.Spec.Containers {
 		cs := containerStatus(st, pod, c, containersReady)
@@ -322,23 +475,22 @@ func (k *KubeletReconciler) status(st *podState, pod *corev1.Pod, containersRead
 		s.ContainerStatuses = append(s.ContainerStatuses, cs)
 	}
 	cr := len(unready) == 0
-	crMsg := fmt.Sprintf("containers with unready status: [%s]", strings.Join(unready, " "))
-	readyOK, readyReason, readyMsg := cr, "ContainersNotReady", crMsg
-	if st.terminated {
-		readyReason, crMsg, readyMsg = "PodCompleted", "", ""
+	crReason, crMsg := "ContainersNotReady", fmt.Sprintf("containers with unready status: [%s]", strings.Join(unready, " "))
+	switch s.Phase {
+	case corev1.PodSucceeded:
+		crReason, crMsg = "PodCompleted", ""
+	case corev1.PodFailed:
+		crReason, crMsg = "PodFailed", ""
 	}
+	readyOK, readyReason, readyMsg := cr, crReason, crMsg
 	if readyOK {
 		if msg, ok := readinessGatesMessage(pod); !ok {
 			readyOK, readyReason, readyMsg = false, "ReadinessGatesNotReady", msg
 		}
 	}
-	crReason := "ContainersNotReady"
-	if st.terminated {
-		crReason = "PodCompleted"
-	}
 	s.Conditions = []corev1.PodCondition{
 		podCondition(corev1.PodScheduled, true, "", ""),
-		podCondition(corev1.PodReadyToStartContainers, !st.terminated, "", ""),
+		podCondition(corev1.PodReadyToStartContainers, !terminal, "", ""),
 		podCondition(corev1.PodInitialized, true, "", ""),
 		podCondition(corev1.ContainersReady, cr, crReason, crMsg),
 		podCondition(corev1.PodReady, readyOK, readyReason, readyMsg),
@@ -359,10 +511,12 @@ func containerStatus(st *podState, pod *corev1.Pod, c corev1.Container, containe
 		RestartCount: st.restarts,
 	}
 	switch {
+	case st.exited != nil:
+		cs.State.Terminated = terminated(st.exited)
 	case st.terminated:
 		cs.State.Terminated = &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed",
 			StartedAt: apiTime(st.startedAt), FinishedAt: apiTime(st.terminateAt)}
-	case st.crashing:
+	case st.crashing, !st.restartAt.IsZero():
 		cs.State.Waiting = &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff",
 			Message: fmt.Sprintf("back-off restarting failed container %s", c.Name)}
 	default:
@@ -374,10 +528,15 @@ func containerStatus(st *podState, pod *corev1.Pod, c corev1.Container, containe
 		cs.Started = ptrTo(false)
 	}
 	if t := st.lastTerm; t != nil {
-		cs.LastTerminationState.Terminated = &corev1.ContainerStateTerminated{ExitCode: t.exitCode, Reason: t.reason,
-			StartedAt: apiTime(t.startedAt), FinishedAt: apiTime(t.finishedAt)}
+		cs.LastTerminationState.Terminated = terminated(t)
 	}
 	return cs
+}
+
+// terminated is the container state of termination t.
+func terminated(t *termination) *corev1.ContainerStateTerminated {
+	return &corev1.ContainerStateTerminated{ExitCode: t.exitCode, Reason: t.reason,
+		StartedAt: apiTime(t.startedAt), FinishedAt: apiTime(t.finishedAt)}
 }
 
 // readinessGatesMessage checks the pod's readiness gates against its current conditions. It returns ok when
@@ -443,13 +602,14 @@ func keepTransitionTimes(desired, current *corev1.PodStatus, now time.Time) {
 type statusView struct {
 	Phase      corev1.PodPhase
 	PodIP      string
+	HostIP     string
 	StartTime  int64
 	Conditions string
 	Containers string
 }
 
 func view(s *corev1.PodStatus) statusView {
-	v := statusView{Phase: s.Phase, PodIP: s.PodIP}
+	v := statusView{Phase: s.Phase, PodIP: s.PodIP, HostIP: s.HostIP}
 	if s.StartTime != nil {
 		v.StartTime = s.StartTime.Unix()
 	}

@@ -93,10 +93,10 @@ func TestPodLifecycleWithoutGates(t *testing.T) {
 			g.Expect(c.State.Running).NotTo(BeNil())
 		}
 	}).Should(Succeed())
-	// Pending -> Running (not ready) -> ready, each a separate status write (the log entry is added when the
-	// write returns, which can be after the pod is seen).
+	// Bound, then Pending -> Running (not ready) -> ready, each a separate status write (the log entry is
+	// added when the write returns, which can be after the pod is seen).
 	g.Eventually(func() []string { return details(ns) }).Should(Equal([]string{
-		"Running ready=False restarts=0", "Running ready=True restarts=0"}))
+		"node " + dataplane.DefaultNodeName, "Running ready=False restarts=0", "Running ready=True restarts=0"}))
 }
 
 // details returns the Detail of every log entry of ns, failed writes marked.

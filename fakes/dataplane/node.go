@@ -1,0 +1,181 @@
+package dataplane
+
+import (
+	"context"
+	"encoding/binary"
+	"net/netip"
+	"runtime"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	coordinationv1ac "k8s.io/client-go/applyconfigurations/coordination/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/ensembletest/ensemble/internal/controlplane"
+)
+
+// The kubelet's node.
+const (
+	// NodeInternalIP is the InternalIP address of the kubelet's Node, reported as every pod's status.hostIP.
+	NodeInternalIP = "192.168.0.2"
+	// PodCIDR is the Node's spec.podCIDR; every pod the kubelet runs gets an IP from it, unique among the pods
+	// that exist (10.244.0.1 to 10.244.255.254, handed out in turn, an IP reused only after the range wrapped).
+	PodCIDR = "10.244.0.0/16"
+	// NodeLeaseDurationSeconds is the leaseDurationSeconds of the node Lease, as the real kubelet's (40 s).
+	NodeLeaseDurationSeconds = 40
+)
+
+// Node allocatable (and capacity): generous, so that nothing that counts resources turns a pod away.
+var nodeResources = corev1.ResourceList{
+	corev1.ResourceCPU:              resource.MustParse("64"),
+	corev1.ResourceMemory:           resource.MustParse("256Gi"),
+	corev1.ResourcePods:             resource.MustParse("1000"),
+	corev1.ResourceEphemeralStorage: resource.MustParse("1Ti"),
+}
+
+// node returns the Node the kubelet registers: Ready, without pressure, with its addresses and resources.
+func (k *KubeletReconciler) node(now time.Time) *corev1.Node {
+	name := k.opts.NodeName
+	cond := func(t corev1.NodeConditionType, s corev1.ConditionStatus, reason, msg string) corev1.NodeCondition {
+		return corev1.NodeCondition{Type: t, Status: s, Reason: reason, Message: msg,
+			LastHeartbeatTime: metav1.NewTime(now), LastTransitionTime: metav1.NewTime(now)}
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+			corev1.LabelHostname: name, corev1.LabelOSStable: "linux", corev1.LabelArchStable: runtime.GOARCH,
+		}},
+		Spec: corev1.NodeSpec{PodCIDR: PodCIDR, PodCIDRs: []string{PodCIDR}},
+		Status: corev1.NodeStatus{
+			Capacity:    nodeResources.DeepCopy(),
+			Allocatable: nodeResources.DeepCopy(),
+			Conditions: []corev1.NodeCondition{
+				cond(corev1.NodeMemoryPressure, corev1.ConditionFalse, "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+				cond(corev1.NodeDiskPressure, corev1.ConditionFalse, "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+				cond(corev1.NodePIDPressure, corev1.ConditionFalse, "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+				cond(corev1.NodeReady, corev1.ConditionTrue, "KubeletReady", "kubelet is posting ready status"),
+			},
+			Addresses: []corev1.NodeAddress{
+				{Type: corev1.NodeInternalIP, Address: NodeInternalIP},
+				{Type: corev1.NodeHostName, Address: name},
+			},
+			NodeInfo: corev1.NodeSystemInfo{OperatingSystem: "linux", Architecture: runtime.GOARCH,
+				ContainerRuntimeVersion: "ensemble://", KubeletVersion: "v" + controlplane.KubernetesVersion},
+		},
+	}
+}
+
+// ensureNode creates the kubelet's Node with its status when no Node of that name exists; an existing one is
+// left as it is.
+func (k *KubeletReconciler) ensureNode(ctx context.Context) error {
+	n := k.node(time.Now())
+	err := k.Client.Create(ctx, n, client.FieldOwner(k.opts.FieldOwner))
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	k.log.add(Entry{Controller: KubeletControllerName, Name: n.Name, Kind: "Node", Op: "create",
+		Detail: "Ready, InternalIP " + NodeInternalIP, Err: errText(err)})
+	return err
+}
+
+// heartbeat renews the node Lease every Options.NodeLeaseRenewInterval while the manager runs. It is a plain
+// runnable (not a controller: the harness records its writes outside any reconcile pass) that needs no
+// leader election.
+type heartbeat struct{ k *KubeletReconciler }
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable: every kubelet heartbeats.
+func (h heartbeat) NeedLeaderElection() bool { return false }
+
+// Start implements manager.Runnable: renew now, then at every tick until ctx is done.
+func (h heartbeat) Start(ctx context.Context) error {
+	t := time.NewTicker(h.k.opts.NodeLeaseRenewInterval)
+	defer t.Stop()
+	for {
+		h.k.renewLease(ctx)
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+var _ manager.LeaderElectionRunnable = heartbeat{}
+
+// renewLease applies the node Lease with renewTime now. A failure is logged; the next tick tries again.
+func (k *KubeletReconciler) renewLease(ctx context.Context) {
+	ac := coordinationv1ac.Lease(k.opts.NodeName, corev1.NamespaceNodeLease).WithSpec(coordinationv1ac.LeaseSpec().
+		WithHolderIdentity(k.opts.NodeName).
+		WithLeaseDurationSeconds(NodeLeaseDurationSeconds).
+		WithRenewTime(metav1.NowMicro()))
+	err := k.Client.Apply(ctx, ac, client.FieldOwner(k.opts.FieldOwner), client.ForceOwnership)
+	if ctx.Err() != nil {
+		return // the manager stopped mid-write
+	}
+	k.log.add(Entry{Controller: KubeletControllerName, Namespace: corev1.NamespaceNodeLease, Name: k.opts.NodeName,
+		Kind: "Lease", Op: "renew", Err: errText(err)})
+}
+
+// bind assigns pod to the kubelet's node through the pods/binding subresource (spec.nodeName cannot be
+// updated directly), with the pod's UID as precondition.
+func (k *KubeletReconciler) bind(ctx context.Context, pod *corev1.Pod) error {
+	b := &corev1.Binding{
+		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
+		Target:     corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: k.opts.NodeName},
+	}
+	err := k.Client.SubResource("binding").Create(ctx, pod, b, client.FieldOwner(k.opts.FieldOwner))
+	k.log.add(Entry{Controller: KubeletControllerName, Namespace: pod.Namespace, Name: pod.Name, Kind: "Pod", Op: "bind",
+		Detail: "node " + k.opts.NodeName, Err: errText(err)})
+	return err
+}
+
+// remove deletes the terminating pod with grace period 0 (the kubelet's last word on a pod), with its UID as
+// precondition.
+func (k *KubeletReconciler) remove(ctx context.Context, pod *corev1.Pod) error {
+	uid := pod.UID
+	err := k.Client.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &uid})
+	k.log.add(Entry{Controller: KubeletControllerName, Namespace: pod.Namespace, Name: pod.Name, Kind: "Pod", Op: "remove",
+		Detail: "grace period 0", Err: errText(err)})
+	return err
+}
+
+// removable reports whether the kubelet must delete pod now: it is terminating, bound to a node, its
+// finalizers are gone, and its grace period is not already 0 (then the API server removes it itself).
+func removable(pod *corev1.Pod) bool {
+	return pod.DeletionTimestamp != nil && pod.Spec.NodeName != "" && len(pod.Finalizers) == 0 &&
+		(pod.DeletionGracePeriodSeconds == nil || *pod.DeletionGracePeriodSeconds > 0)
+}
+
+// ipPool hands out pod IPs from PodCIDR, in turn, skipping those held by pods that still exist.
+type ipPool struct {
+	base  uint32
+	size  uint32 // usable offsets are 1..size
+	next  uint32
+	inUse map[uint32]bool
+}
+
+func newIPPool() *ipPool {
+	p := netip.MustParsePrefix(PodCIDR)
+	a := p.Addr().As4()
+	return &ipPool{base: binary.BigEndian.Uint32(a[:]), size: 1<<(32-p.Bits()) - 2, inUse: map[uint32]bool{}}
+}
+
+// allocate returns a free IP and its offset (0 and "" when every IP is held).
+func (p *ipPool) allocate() (uint32, string) {
+	for range p.size {
+		p.next = p.next%p.size + 1
+		if !p.inUse[p.next] {
+			p.inUse[p.next] = true
+			var a [4]byte
+			binary.BigEndian.PutUint32(a[:], p.base+p.next)
+			return p.next, netip.AddrFrom4(a).String()
+		}
+	}
+	return 0, ""
+}
+
+// release frees the IP of offset off (0: nothing).
+func (p *ipPool) release(off uint32) { delete(p.inUse, off) }
