@@ -117,7 +117,7 @@ var _ = Describe("kuberay", func() {
 		passes := c.Passes(suite.PassFilter{Manager: "kuberay", Controller: "raycluster", Name: rc.Name})
 		timeline := suite.OperatorTimeline(passes)
 		AddReportEntry("passes per KubeRay controller", passCounts(c, "kuberay", kubeRayControllers...)+
-			"; dataplane: "+passCounts(c, dataplane.ManagerName, dataplane.KubeletControllerName, dataplane.GCControllerName),
+			"; dataplane: "+passCounts(c, dataplane.ManagerName, dataplane.KubeletControllerName),
 			ReportEntryVisibilityAlways)
 		var compressed []suite.Pass
 		for _, p := range passes {

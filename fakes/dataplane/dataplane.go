@@ -1,10 +1,10 @@
-// Package dataplane simulates the parts of a Kubernetes node and control plane that envtest lacks: a kubelet
-// (one Ready Node, pod binding, pod IPs, pod phase, container statuses, readiness, in-place restarts, crash
-// loops, run-to-completion pods, graceful deletion, held client connections) and the owner-reference garbage
-// collector (background and foreground deletion).
+// Package dataplane simulates the node that envtest lacks: a kubelet (one Ready Node, pod binding, pod IPs,
+// pod phase, container statuses, readiness, in-place restarts, crash loops, run-to-completion pods, graceful
+// deletion, held client connections). Garbage collection, namespace deletion and the workload controllers
+// are the real ones: suite.Boot runs kube-controller-manager beside envtest.
 //
-// It knows no operator. Wire it into a manager with New(opts).SetupWithManager(mgr); under ensemble, Manager
-// gives the suite.ManagerOptions that do so. Both controllers act on every namespace.
+// It knows no operator. Wire it into a manager with New(opts).SetupWithManager(mgr); under ensemble,
+// DataPlane.ManagerOptions gives the suite.ManagerOptions that do so. The kubelet acts in every namespace.
 //
 // Everything is event-driven (controller-runtime informers); timers (RequeueAfter) are used only for the
 // configured delays, and every timer is re-checked against the clock on wake-up, so a harness that shortens
@@ -19,16 +19,13 @@ import (
 
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
-// Controller names, as given to the controller builder's Named and used by the harness to wire a client and a
-// reconciler wrapper per controller.
+// Names the kubelet stand-in goes by.
 const (
-	// KubeletControllerName names the kubelet stand-in (reconciles Pods).
+	// KubeletControllerName names the kubelet stand-in's controller (it reconciles Pods); the harness
+	// attributes its passes and writes to it.
 	KubeletControllerName = "dataplane-kubelet"
-	// GCControllerName names the owner-reference garbage collector.
-	GCControllerName = "dataplane-gc"
 	// DefaultFieldOwner is the server-side-apply field manager of the kubelet's pod status writes.
 	DefaultFieldOwner = "ensemble-dataplane"
 	// DefaultNodeName is the name of the kubelet's Node when Options.NodeName is empty.
@@ -53,13 +50,6 @@ type Options struct {
 	CrashLoopBackoff time.Duration
 	// CrashLoopMaxBackoff caps CrashLoopBackoff. Default 800ms.
 	CrashLoopMaxBackoff time.Duration
-	// GCKinds lists prototypes (for example &corev1.Pod{}, &corev1.ConfigMap{}, &v1alpha1.Shard{}) of the kinds
-	// the garbage collector watches, both as dependents and as owners: an owner whose kind is not listed is
-	// still looked up when a dependent changes, but its own deletion does not wake the collector. Each kind
-	// must be registered in the manager's scheme. Default (empty): every kind the API server serves when the
-	// collector is set up (CRDs included, Events and Namespaces left out), as the real collector does, so no
-	// owner kind is skipped; install CRDs before the manager starts.
-	GCKinds []client.Object
 	// FieldOwner is the field manager of the kubelet's server-side-apply status writes. Default
 	// "ensemble-dataplane".
 	FieldOwner string
@@ -77,7 +67,7 @@ type Options struct {
 	RunFor time.Duration
 }
 
-// DefaultOptions returns Options with every default filled in (GCKinds stays empty: every served kind).
+// DefaultOptions returns Options with every default filled in.
 func DefaultOptions() Options {
 	return Options{}.withDefaults()
 }
@@ -111,17 +101,14 @@ func (o Options) withDefaults() Options {
 		o.RunFor = 100 * time.Millisecond
 	}
 	o.RestartAnnotations = append([]string(nil), o.RestartAnnotations...)
-	o.GCKinds = append([]client.Object(nil), o.GCKinds...)
 	return o
 }
 
-// DataPlane bundles the kubelet stand-in and the garbage collector with their shared write log. Create it with
-// New. Its query methods are safe for concurrent use.
+// DataPlane is the kubelet stand-in with its write log. Create it with New. Its query methods are safe for
+// concurrent use.
 type DataPlane struct {
 	// Kubelet is the "dataplane-kubelet" controller. Set Kubelet.Client before setup to wire a client of your own.
 	Kubelet *KubeletReconciler
-	// GC is the "dataplane-gc" controller. Set GC.Client before setup to wire a client of your own.
-	GC *GCReconciler
 
 	log *writeLog
 }
@@ -133,19 +120,14 @@ func New(opts Options) *DataPlane {
 	l := &writeLog{}
 	return &DataPlane{
 		Kubelet: newKubelet(opts, l),
-		GC:      &GCReconciler{opts: opts, log: l},
 		log:     l,
 	}
 }
 
-// SetupWithManager registers both controllers with mgr, each with mgr.GetClient() unless its Client is
-// already set.
+// SetupWithManager registers the kubelet with mgr, with mgr.GetClient() unless its Client is already set.
 func (d *DataPlane) SetupWithManager(mgr ctrl.Manager) error {
 	if err := d.Kubelet.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("dataplane: set up %s: %w", KubeletControllerName, err)
-	}
-	if err := d.GC.SetupWithManager(mgr); err != nil {
-		return fmt.Errorf("dataplane: set up %s: %w", GCControllerName, err)
 	}
 	return nil
 }
@@ -192,7 +174,7 @@ func (d *DataPlane) LogAll() []Entry { return d.log.get("", true) }
 type Entry struct {
 	// Time is when the write returned.
 	Time time.Time
-	// Controller is "dataplane-kubelet" or "dataplane-gc".
+	// Controller is "dataplane-kubelet".
 	Controller string
 	// Namespace and Name identify the object written ("" namespace for a cluster-scoped object).
 	Namespace, Name string

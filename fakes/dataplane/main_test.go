@@ -57,7 +57,6 @@ func run(m *testing.M) int {
 	if err != nil {
 		panic(err)
 	}
-	// GCKinds left empty: the collector watches every served kind, as the real one does.
 	dp = dataplane.New(dataplane.Options{RestartAnnotations: []string{configSuffix}})
 	if err := dp.SetupWithManager(mgr); err != nil {
 		panic(err)

@@ -6,12 +6,12 @@ import (
 	"github.com/ensembletest/ensemble/suite"
 )
 
-// ManagerName is the name of the manager ManagerOptions describes; writes and passes of the kubelet and the
-// garbage collector are attributed to it.
+// ManagerName is the name of the manager ManagerOptions describes; the kubelet's writes and passes are
+// attributed to it.
 const ManagerName = "dataplane"
 
-// ManagerOptions returns the suite.ManagerOptions that run d (kubelet and garbage collector) ungated in a
-// manager named "dataplane": the fakes act in every namespace, as a real kubelet would.
+// ManagerOptions returns the suite.ManagerOptions that run d's kubelet ungated in a manager named
+// "dataplane": it acts in every namespace, as a real kubelet would.
 func (d *DataPlane) ManagerOptions() suite.ManagerOptions {
 	return suite.ManagerOptions{Name: ManagerName, Ungated: true, Register: func(mgr manager.Manager) error {
 		return d.SetupWithManager(mgr)

@@ -343,3 +343,11 @@ func TestAnnotatedPodsRunToCompletion(t *testing.T) {
 	}).Should(BeTrue())
 	g.Expect(ops(ns, "remove")).To(BeEmpty())
 }
+
+// exists reports, each time it is called, whether ns/name (of obj's kind) is still there.
+func exists(ns, name string, obj client.Object) func() bool {
+	return func() bool {
+		err := k8s.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, obj)
+		return !apierrors.IsNotFound(err)
+	}
+}
