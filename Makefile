@@ -49,7 +49,7 @@ test: envtest-assets ## Unit tests, the scenario suite and the KubeRay example: 
 # examples/kuberay is a Go module of its own (KubeRay's dependencies stay out of ensemble's go.mod).
 .PHONY: example
 example: envtest-assets ## KubeRay v1.5.0's unmodified RayCluster, RayJob and RayService controllers under ensemble.
-	cd examples/kuberay && KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -count=1 -timeout $(SUITE_TIMEOUT) ./... -args -ginkgo.v
+	cd examples/kuberay && KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -count=1 -timeout $(SUITE_TIMEOUT) -v ./... -args -ginkgo.v
 
 .PHONY: test-suite
 test-suite: envtest-assets ## The scenario suite alone, verbose so pins are readable (REPORT_DIR=dir writes suite.json and junit.xml, LABELS=filter).

@@ -74,7 +74,11 @@ func resolveCRDPaths(paths []string) ([]string, error) {
 			crds += n
 		}
 		if crds == 0 {
-			return nil, fmt.Errorf("suite: CRD path %q (%s) holds no CustomResourceDefinition: pass the directory that holds the generated CRD YAML (run `make generate`)", p, abs)
+			hint := ""
+			if sub, _ := filepath.Glob(filepath.Join(abs, "*", "*.yaml")); len(sub) > 0 {
+				hint = fmt.Sprintf(" (subdirectories are not searched: %s holds YAML, pass that directory)", filepath.Dir(sub[0]))
+			}
+			return nil, fmt.Errorf("suite: CRD path %q (%s) holds no CustomResourceDefinition%s: pass the directory that holds the generated CRD YAML (run `make generate`)", p, abs, hint)
 		}
 		out = append(out, abs)
 	}
@@ -88,8 +92,14 @@ func countCRDs(file string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	n, start := 0, 1
-	for doc, text := range docSeparator.Split(string(b), -1) {
+	n, start, doc := 0, 1, 0
+	for _, text := range docSeparator.Split(string(b), -1) {
+		lines := strings.Count(text, "\n") + 1
+		if strings.TrimSpace(text) == "" {
+			start += lines
+			continue // before a leading ---, or between two: not a document
+		}
+		doc++
 		var meta struct {
 			Kind string `json:"kind"`
 		}
@@ -99,12 +109,12 @@ func countCRDs(file string) (int, error) {
 				line, _ := strconv.Atoi(m[1])
 				msg = strings.Replace(msg, m[0], fmt.Sprintf("line %d", start+line-1), 1)
 			}
-			return 0, fmt.Errorf("document %d: %s", doc+1, msg)
+			return 0, fmt.Errorf("document %d: %s", doc, msg)
 		}
 		if meta.Kind == "CustomResourceDefinition" {
 			n++
 		}
-		start += strings.Count(text, "\n") + 1
+		start += lines
 	}
 	return n, nil
 }

@@ -53,8 +53,8 @@ type Options struct {
 	Dumpers []Dumper
 	// ArtifactsDir receives failure dumps. Default: $ENSEMBLE_ARTIFACTS, else <os temp dir>/ensemble-artifacts.
 	ArtifactsDir string
-	// StartTimeout bounds the start of each control-plane component and of each manager's cache sync.
-	// Default 60 s.
+	// StartTimeout bounds the control plane's whole start (envtest's retries included), the garbage
+	// collector's first collection and each manager's cache sync. Default 60 s.
 	StartTimeout time.Duration
 	// StopTimeout bounds Stop: managers, then kube-apiserver and etcd. Default 20 s.
 	StopTimeout time.Duration
@@ -186,16 +186,20 @@ func (m *Manager) stopTimeout() time.Duration {
 // after-suite checks that need it should stand down rather than add a misleading failure.
 func (s *Suite) Interrupted() bool { return s.interrupted.Load() }
 
-// Boot starts envtest (the binaries resolved by AssetsDir), installs the CRDs, starts the event stream and
-// one manager per ManagerOptions, and returns once every cache has synced. On SIGINT or SIGTERM it stops
+// Boot starts envtest with the binaries in $KUBEBUILDER_ASSETS (else setup-envtest's directory, where `make
+// envtest-assets` builds them; each is checked with --version first), installs the CRDs, starts
+// kube-controller-manager (Options.KubeControllers), the event stream and one manager per ManagerOptions,
+// and returns once every cache has synced. On SIGINT or SIGTERM it stops
 // the managers and the control plane, so no kube-apiserver or etcd outlives the test process (a test
 // framework that handles the signal, such as Ginkgo, then ends the run as usual; otherwise the signal is
 // re-raised after a grace period). Control planes left by a test process that was killed outright are
 // killed by the next Boot.
 //
-// Errors (each one line that says what to do): missing envtest binaries, a CRD path that does not exist
-// or holds no CRD, a nil Scheme, an empty or duplicate manager name, a manager that fails to register or
-// start. Whatever Boot started is stopped before it returns an error.
+// Errors (each one line that says what to do): missing envtest binaries or ones of another version, a CRD
+// path that does not exist, does not parse or holds no CRD, a CRD the API server refuses, a binary that does
+// not come up within Options.StartTimeout, a nil Scheme, an empty, duplicate or reserved manager name, a
+// controller that cannot be wrapped, a manager that fails to register or start, an interrupt. Whatever
+// Boot started is stopped before it returns an error.
 func Boot(ctx context.Context, opts Options) (*Suite, error) {
 	start := time.Now()
 	if err := opts.defaults(); err != nil {
@@ -267,6 +271,9 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 	defer syncCancel()
 	if !streamCache.WaitForCacheSync(syncCtx) {
 		_ = s.Stop()
+		if s.interrupted.Load() {
+			return nil, errInterrupted
+		}
 		return nil, fmt.Errorf("suite: the event stream's cache did not sync within %s", opts.StartTimeout)
 	}
 	for _, mo := range opts.Managers {
@@ -322,8 +329,8 @@ func validateManager(m ManagerOptions) error {
 	if strings.TrimSpace(m.Name) == "" {
 		return errors.New("Name is empty: give each manager a unique Name (writes and passes are attributed to it)")
 	}
-	if strings.Contains(m.Name, "/") {
-		return fmt.Errorf("Name %q contains '/': use a plain name such as \"multigres\"", m.Name)
+	if strings.ContainsAny(m.Name, "/ \t") || m.Name == "case" {
+		return fmt.Errorf("Name %q is not a plain name (no '/', no space, not \"case\", which a Case's own writes use): use one such as \"multigres\"", m.Name)
 	}
 	if m.Register == nil {
 		return fmt.Errorf("manager %q has no Register: set it to a func that sets the operator up on the manager it is given, as its main does", m.Name)
@@ -332,7 +339,7 @@ func validateManager(m ManagerOptions) error {
 }
 
 // StartManager starts another manager on the booted envtest (for instance a second operator instance in
-// the middle of a spec) and returns once its cache has synced. Errors: an invalid or duplicate name, the
+// the middle of a spec) and returns once its cache has synced (its controllers start right after). Errors: an invalid or duplicate name, the
 // Register func's error, a cache that does not sync within Options.StartTimeout.
 func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 	if err := validateManager(mo); err != nil {
@@ -437,7 +444,9 @@ func (s *Suite) stopManagers() []error {
 	}
 	s.mu.Unlock()
 	for _, m := range ms {
-		if err := m.Stop(); err != nil {
+		// After an interrupt the control plane is gone and managers stop slowly or with errors: that is the
+		// interrupt, not a further failure.
+		if err := m.Stop(); err != nil && !s.interrupted.Load() {
 			errs = append(errs, err)
 		}
 	}

@@ -185,6 +185,15 @@ func testFieldWriters(t *testing.T, s *Suite) {
 // object, the field and the writer) for a looping one.
 func testQuiescenceVerdicts(t *testing.T, s *Suite) {
 	quiet := s.NewCase(t)
+	for _, bad := range [][2]time.Duration{{0, 0}, {5 * time.Second, 2 * time.Second}} {
+		if _, err := quiet.Quiescent(bad[0], bad[1]); err == nil || !strings.Contains(err.Error(), "must be positive") {
+			t.Errorf("Quiescent(%s, %s) = %v, want the window refused", bad[0], bad[1], err)
+		}
+	}
+	// Nothing happened in the new namespace yet: it has not been quiet for any window before its start.
+	if took, err := quiet.Quiescent(300*time.Millisecond, 10*time.Second); err != nil || took < 250*time.Millisecond {
+		t.Errorf("a fresh namespace was quiet after %s (%v): quiet time must count from the case's start", took, err)
+	}
 	if err := quiet.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "still"}}); err != nil {
 		t.Fatal(err)
 	}

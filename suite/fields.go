@@ -11,7 +11,9 @@ import (
 // pass). It works where managedFields cannot tell controllers apart, because they share one field manager.
 // A change is matched to the recorded write whose answer carried the same resourceVersion; a change no
 // recorded write made (the API server's own, or a client the harness does not see) is "<unrecorded>". A
-// field with two or more writers is a field two controllers both write.
+// field with two or more writers is a field two controllers both write. Only changes after the object's
+// creation count: who created it is the VerbCreate write in Writes. The kind must be in Options.WatchKinds
+// (the event stream sees only those); for another kind the map is empty.
 func (c *Case) FieldWriters(kind, name string) map[string][]string {
 	byRV := map[string]string{}
 	for _, w := range c.s.rec.writes(c.Namespace, WriteFilter{Kind: kind, Name: name}) {

@@ -79,8 +79,8 @@ func (c *Case) RequireInvariants() {
 	}
 }
 
-// TakeViolation returns the first violation of the named invariant (a *violation, with the changes around
-// it) and takes it: the case's cleanup no longer fails the test with it. For a KnownDefect pin whose
+// TakeViolation returns the first violation of the named invariant (an error that says when, with the
+// changes around it, and unwraps to what the invariant returned) and takes it: the case's cleanup no longer fails the test with it. For a KnownDefect pin whose
 // evidence is the invariant's violation: `c.KnownDefect(ref, func() error { return c.TakeViolation(name) })`
 // passes while the defect breaks the invariant and fails once it holds. It returns nil while the invariant
 // holds, and a harness error (see Harness) for a name no Invariant registered.

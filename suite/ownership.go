@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 
+	"reflect"
+
 	"github.com/onsi/gomega/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 )
@@ -161,8 +163,11 @@ func (m ownershipMatcher) Match(actual any) (bool, error) {
 
 func (m ownershipMatcher) eval(actual any) (string, []string, error) {
 	obj, ok := actual.(client.Object)
-	if !ok {
+	if !ok || obj == nil || reflect.ValueOf(obj).IsNil() {
 		return "", nil, fmt.Errorf("ownership matcher: want a client.Object read from the API server, got %T", actual)
+	}
+	if len(obj.GetManagedFields()) == 0 {
+		return "", nil, fmt.Errorf("ownership matcher: %s has no managedFields: read it from the API server (c.Get) before checking who owns its fields", key(obj.GetNamespace(), obj.GetName()))
 	}
 	o, err := OwnershipOf(obj)
 	if err != nil {

@@ -8,6 +8,9 @@ import (
 	"time"
 )
 
+// errInterrupted is what a Case's checks fail with once a SIGINT or SIGTERM stopped the control plane.
+var errInterrupted = errors.New("suite: the run was interrupted (SIGINT or SIGTERM) and the control plane is gone")
+
 // errNotQuiet is wrapped by the error RequireQuiescent fails with when the namespace was not quiet in time.
 var errNotQuiet = errors.New("not quiescent")
 
@@ -32,7 +35,13 @@ func StateOnly() QuietOption { return func(c *quietConfig) { c.stateOnly = true 
 // It returns how long the call took (about zero when ns had already been quiet for window). Errors: ctx
 // done; errNotQuiet after timeout, with the busiest objects, their field transitions and the writers
 // since the call; errLastPassFailed naming the failed passes.
-func (s *Suite) waitQuiescent(ctx context.Context, ns string, window, timeout time.Duration, opts ...QuietOption) (time.Duration, error) {
+func (s *Suite) waitQuiescent(ctx context.Context, ns string, since time.Time, window, timeout time.Duration, opts ...QuietOption) (time.Duration, error) {
+	if window <= 0 || timeout < window {
+		return 0, fmt.Errorf("suite: quiescence window %s and timeout %s: the window must be positive and the timeout at least the window", window, timeout)
+	}
+	if s.interrupted.Load() {
+		return 0, errInterrupted
+	}
 	var cfg quietConfig
 	for _, o := range opts {
 		o(&cfg)
@@ -41,7 +50,12 @@ func (s *Suite) waitQuiescent(ctx context.Context, ns string, window, timeout ti
 	deadline := start.Add(timeout)
 	for {
 		wake := s.notify.wait()
+		// Quiet time counts from the case's start at the earliest: a namespace nothing happened in yet has
+		// not been quiet for any window.
 		last := s.stream.lastChange(ns)
+		if last.Before(since) {
+			last = since
+		}
 		if !cfg.stateOnly {
 			if w, _ := s.rec.lastWrite(ns); w.After(last) {
 				last = w

@@ -195,7 +195,9 @@ func (r *recorder) writes(ns string, f WriteFilter) []Write {
 	return out
 }
 
-// PassFilter selects a Case's reconcile passes; a zero string or time matches anything.
+// PassFilter selects a Case's reconcile passes; a zero string or time matches anything. Passes the gate
+// refused are kept apart: Gated false selects the passes that reached a reconciler, true only the refused
+// ones.
 type PassFilter struct {
 	Name, Manager, Controller string
 	// Since keeps passes that started at or after this time.

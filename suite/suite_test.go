@@ -106,11 +106,13 @@ func TestBootRejectsBadInput(t *testing.T) {
 		opts Options
 		want string
 	}{
-		"nil scheme":     {Options{}, "Options.Scheme is nil"},
-		"empty name":     {Options{Scheme: newScheme(), Managers: []ManagerOptions{{Register: noop}}}, "Name is empty"},
-		"duplicate name": {Options{Scheme: newScheme(), Managers: []ManagerOptions{{Name: "a", Register: noop}, {Name: "a", Register: noop}}}, `both named "a"`},
-		"no binaries":    {Options{Scheme: newScheme()}, "make envtest-assets"},
-		"wrong CRD path": {Options{Scheme: newScheme(), CRDDirectoryPaths: []string{"operators/nope/config/crd"}}, "does not exist"},
+		"nil scheme":      {Options{}, "Options.Scheme is nil"},
+		"empty name":      {Options{Scheme: newScheme(), Managers: []ManagerOptions{{Register: noop}}}, "Name is empty"},
+		"reserved name":   {Options{Scheme: newScheme(), Managers: []ManagerOptions{{Name: "case", Register: noop}}}, `not a plain name`},
+		"name with space": {Options{Scheme: newScheme(), Managers: []ManagerOptions{{Name: "my op", Register: noop}}}, `not a plain name`},
+		"duplicate name":  {Options{Scheme: newScheme(), Managers: []ManagerOptions{{Name: "a", Register: noop}, {Name: "a", Register: noop}}}, `both named "a"`},
+		"no binaries":     {Options{Scheme: newScheme()}, "make envtest-assets"},
+		"wrong CRD path":  {Options{Scheme: newScheme(), CRDDirectoryPaths: []string{"operators/nope/config/crd"}}, "does not exist"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if name == "wrong CRD path" {
@@ -193,6 +195,12 @@ func TestOwnershipPaths(t *testing.T) {
 	}
 	if _, err := HaveSingleFieldOwners().Match("not an object"); err == nil {
 		t.Fatal("a matcher given no object must say so")
+	}
+	if _, err := HaveSingleFieldOwners().Match((*corev1.Pod)(nil)); err == nil {
+		t.Fatal("a matcher given a nil object must say so")
+	}
+	if _, err := HaveFieldManagersWithin("nobody").Match(&corev1.Pod{}); err == nil || !strings.Contains(err.Error(), "no managedFields") {
+		t.Fatalf("a matcher given an object never read back passed: %v", err)
 	}
 }
 

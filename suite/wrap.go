@@ -135,8 +135,16 @@ type wrappedReconciler struct {
 	inner               reconcile.Reconciler
 }
 
-func (r *wrappedReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+func (r *wrappedReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, err error) {
 	p := r.s.rec.beginPass(r.manager, r.controller, req)
+	defer func() {
+		// A panicking reconciler still ends its pass, with the panic as its error; controller-runtime then
+		// handles the panic as it would without the harness.
+		if v := recover(); v != nil {
+			r.s.rec.endPass(p, false, fmt.Errorf("panic: %v", v), 0, 0)
+			panic(v)
+		}
+	}()
 	if !r.ungated && !r.s.gate.admitted(req.Namespace) {
 		r.s.rec.endPass(p, true, nil, 0, 0)
 		return ctrl.Result{}, nil

@@ -89,6 +89,28 @@ func TestWrapsEveryControllerTheBuilderMakes(t *testing.T) {
 	}
 }
 
+// TestPanickingPassEnds: a reconciler that panics still ends its pass, with the panic as its error, and the
+// panic goes on to controller-runtime.
+func TestPanickingPassEnds(t *testing.T) {
+	s := testSuite()
+	s.gate.admit("ns")
+	w := &wrappedReconciler{s: s, manager: "op", controller: "boom", inner: reconcile.Func(func(context.Context, reconcile.Request) (reconcile.Result, error) {
+		panic("nil map")
+	})}
+	func() {
+		defer func() {
+			if recover() == nil {
+				t.Error("the panic did not reach the caller")
+			}
+		}()
+		_, _ = w.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "a"}})
+	}()
+	ps := s.rec.passes("ns", PassFilter{})
+	if len(ps) != 1 || ps[0].End.IsZero() || ps[0].Err == nil || !strings.Contains(ps[0].Err.Error(), "panic: nil map") {
+		t.Fatalf("passes = %+v, want one ended pass with the panic as its error", ps)
+	}
+}
+
 // opaque is a controller the wrapper cannot reach into: it has a controller's methods but no Do field.
 type opaque struct{}
 

@@ -39,7 +39,7 @@ type kcm struct {
 func (p *Plane) StartKubeControllerManager(controllers []string, log io.Writer) error {
 	path := binaryPath("kube-controller-manager", p.env.BinaryAssetsDirectory)
 	if err := checkVersion(path, "Kubernetes v"+KubernetesVersion); err != nil {
-		return err
+		return fmt.Errorf("%w (or set suite's Options.KubeControllers to an empty slice to run without kube-controller-manager)", err)
 	}
 	user, err := p.env.AddUser(envtest.User{Name: "ensemble-kube-controller-manager", Groups: []string{"system:masters"}}, nil)
 	if err != nil {

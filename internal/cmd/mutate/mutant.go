@@ -25,6 +25,9 @@ const (
 	NotCovered Status = "NOT COVERED" // no spec of the suite runs the mutated line
 	NotViable  Status = "NOT VIABLE"  // the mutated package does not build (or vet rejects it)
 	NotRun     Status = "NOT RUN"     // covered, but left out by -max
+	// Broken: the build failed in another file than the mutated one (a half-made edit in the checkout, say):
+	// nothing is known about the mutant.
+	Broken Status = "BROKEN"
 )
 
 // Mutant is one token replacement at one position of a file.
@@ -246,9 +249,9 @@ var (
 	goFail      = regexp.MustCompile(`^--- FAIL`)
 )
 
-// classify turns one run of the suite into a status: exitCode is the go command's (0 passed, -1 it was
-// killed at the deadline), output its combined output.
-func classify(exitCode int, deadline bool, output string) (Status, string) {
+// classify turns one run of the suite with file mutated into a status: exitCode is the go command's (0
+// passed, -1 it was killed at the deadline), output its combined output.
+func classify(file string, exitCode int, deadline bool, output string) (Status, string) {
 	lines := strings.Split(output, "\n")
 	first := func(re *regexp.Regexp) string {
 		for _, l := range lines {
@@ -264,7 +267,12 @@ func classify(exitCode int, deadline bool, output string) (Status, string) {
 	case exitCode == 0:
 		return Survived, ""
 	case strings.Contains(output, "[build failed]") || strings.Contains(output, "[setup failed]"):
-		return NotViable, first(compileLine)
+		for _, l := range lines {
+			if compileLine.MatchString(l) && strings.Contains(l, file) {
+				return NotViable, strings.TrimSpace(l)
+			}
+		}
+		return Broken, "the build failed outside " + file + ": " + first(compileLine)
 	}
 	// Ginkgo's closing summary names the failed specs, each on a [FAIL] line.
 	detail := ""
@@ -290,8 +298,8 @@ func classify(exitCode int, deadline bool, output string) (Status, string) {
 
 // tally is one row of the report.
 type tally struct {
-	name                                                             string
-	total, killed, timedOut, survived, notCovered, notViable, notRun int
+	name                                                                     string
+	total, killed, timedOut, survived, notCovered, notViable, notRun, broken int
 }
 
 func (t *tally) add(s Status) {
@@ -309,6 +317,8 @@ func (t *tally) add(s Status) {
 		t.notViable++
 	case NotRun:
 		t.notRun++
+	case Broken:
+		t.broken++
 	}
 }
 
@@ -321,9 +331,9 @@ func (t tally) score() string {
 	return fmt.Sprintf("%.1f%%", 100*float64(k)/float64(k+t.survived))
 }
 
-// coverage is the covered mutants (all but not covered and not viable) over the viable ones.
+// coverage is the covered mutants over the viable ones (broken ones left out: their viability is unknown).
 func (t tally) coverage() string {
-	viable := t.total - t.notViable
+	viable := t.total - t.notViable - t.broken
 	if viable == 0 {
 		return "-"
 	}
@@ -383,10 +393,19 @@ func report(w io.Writer, h Header, ms []Mutant) {
 		fmt.Fprintf(w, "%d covered mutants not run (-max): the score is over an evenly spaced sample of %d\n",
 			total.notRun, total.killed+total.timedOut+total.survived)
 	}
-	var survivors []Mutant
+	var survivors, broken []Mutant
 	for _, m := range ms {
-		if m.Status == Survived {
+		switch m.Status {
+		case Survived:
 			survivors = append(survivors, m)
+		case Broken:
+			broken = append(broken, m)
+		}
+	}
+	if len(broken) > 0 {
+		fmt.Fprintf(w, "broken (%d, in no column: the build failed in another file than the mutated one, so nothing is known of them):\n", len(broken))
+		for _, m := range broken {
+			fmt.Fprintf(w, "  %s %s (%s -> %s): %s\n", m.Pos(), m.Kind, m.From, m.To, m.Detail)
 		}
 	}
 	fmt.Fprintf(w, "survivors (%d):\n", len(survivors))

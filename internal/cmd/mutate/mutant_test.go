@@ -198,6 +198,10 @@ operators/multigres/names.go:12:15: invalid operation: operator - not defined on
 FAIL	github.com/ensembletest/ensemble/scenarios [build failed]
 FAIL
 `
+	otherFile := `# github.com/ensembletest/ensemble/fakes/dataplane
+../fakes/dataplane/dataplane.go:22:2: "sigs.k8s.io/controller-runtime/pkg/client" imported and not used
+FAIL	github.com/ensembletest/ensemble/scenarios [build failed]
+`
 	for _, tc := range []struct {
 		name     string
 		code     int
@@ -210,10 +214,11 @@ FAIL
 		{"spec failed", 1, false, ginkgoFailure, Killed, "[FAIL] multigres [It] a cluster becomes Healthy"},
 		{"plain test failed", 1, false, "--- FAIL: TestX (0.01s)\nFAIL\n", Killed, "--- FAIL: TestX (0.01s)"},
 		{"build failed", 1, false, buildFailure, NotViable, "operators/multigres/names.go:12:15: invalid operation: operator - not defined on s (variable of type string)"},
+		{"build failed elsewhere", 1, false, otherFile, Broken, "the build failed outside operators/multigres/names.go: ../fakes/dataplane/dataplane.go:22:2: \"sigs.k8s.io/controller-runtime/pkg/client\" imported and not used"},
 		{"go test -timeout", 1, false, "panic: test timed out after 2m0s\n", TimedOut, ""},
 		{"killed at the deadline", -1, true, "", TimedOut, ""},
 	} {
-		s, d := classify(tc.code, tc.deadline, tc.out)
+		s, d := classify("operators/multigres/names.go", tc.code, tc.deadline, tc.out)
 		if s != tc.status || d != tc.detail {
 			t.Errorf("%s: got %s %q, want %s %q", tc.name, s, d, tc.status, tc.detail)
 		}
@@ -228,6 +233,7 @@ func TestReport(t *testing.T) {
 		{File: "operators/x/a.go", Line: 12, Col: 5, Kind: "ARITHMETIC_BASE", From: "+", To: "-", Status: NotViable},
 		{File: "operators/x/sub/b.go", Line: 5, Col: 1, Kind: "CONDITIONALS_NEGATION", From: "!=", To: "==", Status: NotCovered},
 		{File: "operators/x/sub/b.go", Line: 6, Col: 1, Kind: "CONDITIONALS_NEGATION", From: "!=", To: "==", Status: NotRun},
+		{File: "operators/x/sub/b.go", Line: 8, Col: 3, Kind: "CONDITIONALS_NEGATION", From: "==", To: "!=", Status: Broken, Detail: "the build failed outside operators/x/sub/b.go: c.go:1:1: x"},
 	}
 	var b bytes.Buffer
 	report(&b, Header{Pkg: "operators/x", Suite: "./scenarios/", Labels: "x", Base: "HEAD~1", OutsideBase: 7, Wall: 90 * time.Second}, ms)
@@ -236,10 +242,12 @@ mutation score of ./scenarios/ (label filter "x") over operators/x, lines change
 left out: 7 mutants on lines unchanged since HEAD~1
 file     mutants killed timed out survived not covered not viable not run   score   covered
 a.go           4      1         1        1           0          1       0   66.7%    100.0%
-sub/b.go       2      0         0        0           1          0       1       -     50.0%
-total          6      1         1        1           1          1       1   66.7%     80.0%
+sub/b.go       3      0         0        0           1          0       1       -     50.0%
+total          7      1         1        1           1          1       1   66.7%     80.0%
 score: killed (timed out included) / (killed + survived); covered: mutants a spec runs / viable mutants
 1 covered mutants not run (-max): the score is over an evenly spaced sample of 3
+broken (1, in no column: the build failed in another file than the mutated one, so nothing is known of them):
+  operators/x/sub/b.go:8:3 CONDITIONALS_NEGATION (== -> !=): the build failed outside operators/x/sub/b.go: c.go:1:1: x
 survivors (1):
   operators/x/a.go:4:9 CONDITIONALS_BOUNDARY (< -> <=)
 wall time: 1m30s
