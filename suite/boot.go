@@ -122,8 +122,10 @@ type Suite struct {
 	cleanupTimeout time.Duration
 
 	interrupted atomic.Bool
-	plane       *controlplane.Plane
-	kcmLog      *lineLog
+	// failed is the first error of a manager that stopped on its own (guarded by mu).
+	failed error
+	plane  *controlplane.Plane
+	kcmLog *lineLog
 	// namespaceController is true when kube-controller-manager deletes namespaces; terminating are the case
 	// namespaces handed to it (guarded by mu).
 	namespaceController bool
@@ -180,6 +182,26 @@ func (m *Manager) stopTimeout() time.Duration {
 		return time.Second
 	}
 	return m.s.stopTimeout
+}
+
+// managerFailed keeps the first error of a manager that stopped on its own; Cases fail with it.
+func (s *Suite) managerFailed(err error) {
+	s.mu.Lock()
+	if s.failed == nil {
+		s.failed = err
+	}
+	s.mu.Unlock()
+	s.notify.signal()
+}
+
+// broken returns why Cases can no longer trust the run: an interrupt, or a manager that stopped on its own.
+func (s *Suite) broken() error {
+	if s.interrupted.Load() {
+		return errInterrupted
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failed
 }
 
 // Interrupted reports whether a SIGINT or SIGTERM stopped the suite: the control plane is gone, so
@@ -374,7 +396,9 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 		LeaderElectionNamespace:       leNS,
 		LeaderElectionReleaseOnCancel: true,
 		GracefulShutdownTimeout:       ptr.To(s.stopTimeout),
-		Controller:                    config.Controller{SkipNameValidation: ptr.To(true)},
+		// A controller whose sources cannot sync (a watched kind with no CRD) makes its manager fail within
+		// the start timeout instead of controller-runtime's 2 minutes; the failure then fails the next check.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true), CacheSyncTimeout: s.startTimeout},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("suite: manager %s: %w", mo.Name, err)
@@ -392,7 +416,13 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{Name: mo.Name, mgr: mgr, stop: cancel, done: make(chan error, 1), s: s}
-	go func() { m.done <- mgr.Start(ctx) }()
+	go func() {
+		err := mgr.Start(ctx)
+		if err != nil && ctx.Err() == nil {
+			s.managerFailed(fmt.Errorf("suite: manager %s stopped: %w", mo.Name, err))
+		}
+		m.done <- err
+	}()
 	syncCtx, syncCancel := context.WithTimeout(ctx, s.startTimeout)
 	defer syncCancel()
 	if !mgr.GetCache().WaitForCacheSync(syncCtx) {

@@ -76,8 +76,8 @@ var nonDNS = regexp.MustCompile(`[^a-z0-9-]+`)
 // cleanup. A failure to create the namespace fails the test (t.Fatalf).
 func (s *Suite) NewCase(t TB, opts ...CaseOption) *Case {
 	t.Helper()
-	if s.interrupted.Load() {
-		t.Fatalf("%v", errInterrupted)
+	if err := s.broken(); err != nil {
+		t.Fatalf("%v", err)
 	}
 	name := strings.Trim(nonDNS.ReplaceAllString(strings.ToLower(t.Name()), "-"), "-")
 	if len(name) > 40 {

@@ -20,6 +20,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
@@ -299,4 +300,33 @@ func testDeletionHygiene(t *testing.T, s *Suite) {
 	NewWithT(t).Eventually(func() bool {
 		return apierrors.IsNotFound(s.Client.Get(t.Context(), client.ObjectKey{Name: c.Namespace}, &corev1.Namespace{}))
 	}).WithTimeout(20*time.Second).Should(BeTrue(), "the namespace controller never removed %s", c.Namespace)
+}
+
+// TestControllerWatchingAKindWithNoCRD: a controller that watches a kind whose CRD is not installed used to
+// boot, never run, and let every spec pass. Its manager now stops within Options.StartTimeout (the
+// controller's cache sync timeout) and the checks after that fail naming it.
+func TestControllerWatchingAKindWithNoCRD(t *testing.T) {
+	if _, err := controlplane.AssetsDir(); err != nil {
+		t.Skip(err)
+	}
+	widget := &metav1.PartialObjectMetadata{}
+	widget.SetGroupVersionKind(schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Widget"})
+	start := time.Now()
+	s, err := Boot(t.Context(), Options{Scheme: newScheme(), WatchKinds: []client.Object{&corev1.ConfigMap{}},
+		Pins: catalog{}, StartTimeout: 10 * time.Second, KubeControllers: []string{},
+		Managers: []ManagerOptions{{Name: "op", Register: func(mgr manager.Manager) error {
+			return ctrl.NewControllerManagedBy(mgr).For(&corev1.ConfigMap{}).WatchesMetadata(widget, &handler.EnqueueRequestForObject{}).
+				Complete(&marker{Client: mgr.GetClient()})
+		}}}})
+	if err == nil {
+		defer s.Stop()
+		p := &probeTB{name: "no-crd"}
+		c := s.NewCase(p)
+		defer p.runCleanups()
+		_, err = c.Quiescent(15*time.Second, 30*time.Second)
+	}
+	t.Logf("after %s: %v", time.Since(start).Round(time.Millisecond), err)
+	if err == nil || !strings.Contains(err.Error(), "manager op") {
+		t.Fatalf("got %v, want an error naming manager op", err)
+	}
 }

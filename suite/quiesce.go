@@ -39,9 +39,6 @@ func (s *Suite) waitQuiescent(ctx context.Context, ns string, since time.Time, w
 	if window <= 0 || timeout < window {
 		return 0, fmt.Errorf("suite: quiescence window %s and timeout %s: the window must be positive and the timeout at least the window", window, timeout)
 	}
-	if s.interrupted.Load() {
-		return 0, errInterrupted
-	}
 	var cfg quietConfig
 	for _, o := range opts {
 		o(&cfg)
@@ -49,6 +46,9 @@ func (s *Suite) waitQuiescent(ctx context.Context, ns string, since time.Time, w
 	start := time.Now()
 	deadline := start.Add(timeout)
 	for {
+		if err := s.broken(); err != nil {
+			return time.Since(start), err
+		}
 		wake := s.notify.wait()
 		// Quiet time counts from the case's start at the earliest: a namespace nothing happened in yet has
 		// not been quiet for any window.

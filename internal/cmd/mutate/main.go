@@ -322,7 +322,7 @@ func runMutant(c config, work string, id int, m Mutant) (Mutant, error) {
 	if res.err != nil {
 		return m, res.err
 	}
-	m.Status, m.Detail = classify(m.File, res.code, res.deadline, res.out)
+	m.Status, m.Detail = classify(m.File, file, res.code, res.deadline, res.out)
 	m.Took = res.took
 	return m, nil
 }

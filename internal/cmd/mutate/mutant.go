@@ -250,8 +250,9 @@ var (
 )
 
 // classify turns one run of the suite with file mutated into a status: exitCode is the go command's (0
-// passed, -1 it was killed at the deadline), output its combined output.
-func classify(file string, exitCode int, deadline bool, output string) (Status, string) {
+// passed, -1 it was killed at the deadline), output its combined output. The compiler names a file an
+// overlay replaces by its replacement, overlaid.
+func classify(file, overlaid string, exitCode int, deadline bool, output string) (Status, string) {
 	lines := strings.Split(output, "\n")
 	first := func(re *regexp.Regexp) string {
 		for _, l := range lines {
@@ -268,8 +269,8 @@ func classify(file string, exitCode int, deadline bool, output string) (Status, 
 		return Survived, ""
 	case strings.Contains(output, "[build failed]") || strings.Contains(output, "[setup failed]"):
 		for _, l := range lines {
-			if compileLine.MatchString(l) && strings.Contains(l, file) {
-				return NotViable, strings.TrimSpace(l)
+			if compileLine.MatchString(l) && strings.HasPrefix(l, overlaid+":") {
+				return NotViable, file + strings.TrimPrefix(l, overlaid)
 			}
 		}
 		return Broken, "the build failed outside " + file + ": " + first(compileLine)

@@ -194,7 +194,7 @@ FAIL	github.com/ensembletest/ensemble/scenarios	15.9s
 FAIL
 `
 	buildFailure := `# github.com/ensembletest/ensemble/operators/multigres
-operators/multigres/names.go:12:15: invalid operation: operator - not defined on s (variable of type string)
+/tmp/ensemble-mutate-1/m3/names.go:12:15: invalid operation: operator - not defined on s (variable of type string)
 FAIL	github.com/ensembletest/ensemble/scenarios [build failed]
 FAIL
 `
@@ -218,7 +218,7 @@ FAIL	github.com/ensembletest/ensemble/scenarios [build failed]
 		{"go test -timeout", 1, false, "panic: test timed out after 2m0s\n", TimedOut, ""},
 		{"killed at the deadline", -1, true, "", TimedOut, ""},
 	} {
-		s, d := classify("operators/multigres/names.go", tc.code, tc.deadline, tc.out)
+		s, d := classify("operators/multigres/names.go", "/tmp/ensemble-mutate-1/m3/names.go", tc.code, tc.deadline, tc.out)
 		if s != tc.status || d != tc.detail {
 			t.Errorf("%s: got %s %q, want %s %q", tc.name, s, d, tc.status, tc.detail)
 		}
