@@ -99,12 +99,18 @@ func ReapOrphans() {
 		}
 		b, _ := os.ReadFile(filepath.Join(pidDir(), e.Name()))
 		var pids []int
+		var dirs []string
 		for _, f := range strings.Fields(string(b)) {
-			if p, err := strconv.Atoi(f); err == nil {
+			if d, ok := strings.CutPrefix(f, "dir:"); ok {
+				dirs = append(dirs, d)
+			} else if p, err := strconv.Atoi(f); err == nil {
 				pids = append(pids, p)
 			}
 		}
 		KillAll(pids)
+		for _, d := range dirs {
+			_ = os.RemoveAll(d)
+		}
 		_ = os.Remove(filepath.Join(pidDir(), e.Name()))
 	}
 }

@@ -33,7 +33,10 @@ type Plane struct {
 	// seen holds the command names of the processes the plane started (kube-apiserver, etcd).
 	seen map[string]bool
 	// kcm is the plane's kube-controller-manager, when it runs one.
-	kcm  *kcm
+	kcm *kcm
+	// dirs are envtest's working directories (etcd's data, the API server's certificates), for whoever
+	// cleans up after a test process that could not.
+	dirs []string
 	once sync.Once
 	err  error
 	done chan struct{}
@@ -76,6 +79,7 @@ func Start(env *envtest.Environment, onSignal func()) (*Plane, error) {
 		env.ControlPlaneStartTimeout = bound
 	}
 	ReapOrphans()
+	startWatchdog()
 	startMu.Lock()
 	defer startMu.Unlock()
 	p := &Plane{env: env, seen: map[string]bool{}, done: make(chan struct{}), interrupted: make(chan struct{})}
@@ -98,6 +102,12 @@ func Start(env *envtest.Environment, onSignal func()) (*Plane, error) {
 		return nil, err
 	}
 	p.Config = cfg
+	p.mu.Lock()
+	if cp := env.ControlPlane; cp.Etcd != nil && cp.APIServer != nil {
+		p.dirs = []string{cp.Etcd.DataDir, cp.APIServer.CertDir}
+	}
+	p.mu.Unlock()
+	recordPlanes()
 	return p, nil
 }
 
@@ -289,8 +299,12 @@ func others(p *Plane) map[int]bool {
 func recordPlanes() {
 	planesMu.Lock()
 	var pids []int
+	var dirs []string
 	for q := range planes {
 		pids = append(pids, q.children()...)
+		q.mu.Lock()
+		dirs = append(dirs, q.dirs...)
+		q.mu.Unlock()
 	}
 	planesMu.Unlock()
 	path := filepath.Join(pidDir(), fmt.Sprint(os.Getpid()))
@@ -301,6 +315,11 @@ func recordPlanes() {
 	var b strings.Builder
 	for _, pid := range pids {
 		fmt.Fprintln(&b, pid)
+	}
+	for _, d := range dirs {
+		if d != "" {
+			fmt.Fprintln(&b, "dir:"+d)
+		}
 	}
 	_ = os.MkdirAll(pidDir(), 0o755)
 	_ = os.WriteFile(path, []byte(b.String()), 0o644)
