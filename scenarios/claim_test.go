@@ -18,7 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	fakehk "github.com/ensembletest/ensemble/fakes/hakeeper"
+	fakehk "github.com/ensembletest/ensemble/fakes/hakeeperfake"
 	"github.com/ensembletest/ensemble/fixtures"
 	"github.com/ensembletest/ensemble/operators/matrixone"
 	mov1 "github.com/ensembletest/ensemble/operators/matrixone/api/v1alpha1"

@@ -136,3 +136,59 @@ var _ = Describe("harness invariants", Label("harness"), func() {
 		c.RequireInvariants()
 	})
 })
+
+var _ = Describe("harness garbage collection", Label("harness"), func() {
+	It("kube-controller-manager's garbage collector deletes each owner's dependents after it: latency over 20 owners", func(ctx SpecContext) {
+		c := s.NewCase(GinkgoT())
+		const owners, perOwner = 20, 3
+		name := func(i int) string { return fmt.Sprintf("owner-%02d", i) }
+		ownerOf := map[string]string{} // dependent -> owner
+		for i := range owners {
+			owner := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name(i)}}
+			Expect(c.Create(owner)).To(Succeed())
+			for j := range perOwner {
+				dep := fmt.Sprintf("%s-dep-%d", owner.Name, j)
+				ownerOf[dep] = owner.Name
+				Expect(c.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: dep,
+					OwnerReferences: []metav1.OwnerReference{{APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID}}}})).To(Succeed())
+			}
+		}
+		Eventually(func() []suite.Change { return c.Changes(suite.ChangeFilter{Kind: "ConfigMap", Type: suite.Added}) }).
+			WithContext(ctx).Should(HaveLen(owners * (1 + perOwner)))
+
+		// Owners are deleted one at a time; a latency is from the owner's Deleted change to its last dependent's,
+		// both as the event stream saw them.
+		var latencies []time.Duration
+		for i := range owners {
+			Expect(c.Delete(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name(i)}})).To(Succeed())
+			var owner suite.Change
+			var deps []suite.Change
+			Eventually(func(g Gomega) {
+				deps = nil
+				for _, ch := range c.Changes(suite.ChangeFilter{Kind: "ConfigMap", Type: suite.Deleted}) {
+					switch {
+					case ch.Name == name(i):
+						owner = ch
+					case ownerOf[ch.Name] == name(i):
+						deps = append(deps, ch)
+					}
+				}
+				g.Expect(owner.Name).To(Equal(name(i)), "owner %s not gone yet", name(i))
+				g.Expect(deps).To(HaveLen(perOwner), "dependents of %s gone", name(i))
+			}).WithTimeout(30 * time.Second).WithPolling(5 * time.Millisecond).WithContext(ctx).Should(Succeed())
+			last := owner
+			for _, d := range deps {
+				Expect(rv(d)).To(BeNumerically(">", rv(owner)), "%s was deleted before its owner", d.Name)
+				if d.Time.After(last.Time) {
+					last = d
+				}
+			}
+			latencies = append(latencies, last.Time.Sub(owner.Time))
+		}
+		median, worst := medianMax(latencies)
+		AddReportEntry("garbage collection", fmt.Sprintf("gc latency median %s max %s over %d", median.Round(time.Millisecond),
+			worst.Round(time.Millisecond), owners), ReportEntryVisibilityAlways)
+		Expect(worst).To(BeNumerically("<", 10*time.Second), "the collector took %s for one owner", worst)
+		c.RequireQuiescent(300*time.Millisecond, 10*time.Second)
+	})
+})

@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ensembletest/ensemble/fakes/dataplane"
-	fakehk "github.com/ensembletest/ensemble/fakes/hakeeper"
+	fakehk "github.com/ensembletest/ensemble/fakes/hakeeperfake"
 	"github.com/ensembletest/ensemble/fakes/pooler"
 	"github.com/ensembletest/ensemble/fixtures"
 	"github.com/ensembletest/ensemble/operators/matrixone"

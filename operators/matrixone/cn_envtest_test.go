@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ensembletest/ensemble/fakes/dataplane"
-	fakehk "github.com/ensembletest/ensemble/fakes/hakeeper"
+	fakehk "github.com/ensembletest/ensemble/fakes/hakeeperfake"
 	"github.com/ensembletest/ensemble/internal/passcount"
 	"github.com/ensembletest/ensemble/operators/matrixone"
 	mov1 "github.com/ensembletest/ensemble/operators/matrixone/api/v1alpha1"
@@ -28,7 +28,7 @@ import (
 )
 
 // The CN controllers (CNPool, CNClaim, CNClaimSet, CNStore) against a real API server, with fakes/dataplane
-// as the kubelet and fakes/hakeeper as HAKeeper, its CN processes and the migrator agent. Durations are the
+// as the kubelet and fakes/hakeeperfake as HAKeeper, its CN processes and the migrator agent. Durations are the
 // real operator's scaled by 0.01. Uses the package's TestMain (podset_envtest_test.go): envCfg, envClient,
 // newNamespace, runManager.
 

@@ -60,7 +60,7 @@ type CNClaimReconciler struct {
 	Client client.Client
 	// Options are the defect switches and durations; zero durations mean their defaults.
 	Options Options
-	// HAKeeper hands out the LogSets' HAKeeper instances (fakes/hakeeper in tests); required.
+	// HAKeeper hands out the LogSets' HAKeeper instances (fakes/hakeeperfake in tests); required.
 	HAKeeper hakeeper.Registry
 	// Stores is the operator's HAKeeper store cache; nil means a cache of the reconciler's own (share one
 	// with CNStoreReconciler, as the real operator does).

@@ -49,7 +49,7 @@ type CNPoolReconciler struct {
 	Client client.Client
 	// Options are the defect switches and durations; zero durations mean their defaults.
 	Options Options
-	// HAKeeper hands out the LogSets' HAKeeper instances (fakes/hakeeper in tests); required.
+	// HAKeeper hands out the LogSets' HAKeeper instances (fakes/hakeeperfake in tests); required.
 	HAKeeper hakeeper.Registry
 }
 

@@ -49,7 +49,7 @@ type CNScore struct {
 //     MinDrainDelay, Idle (Terminating with delete-on-reclaim=true) once sessions are 0, else requeue
 //     DrainRequeue; Bound and Idle -> condition True. Resync StoreResync.
 //
-// The operator never registers a store: CN processes do (fakes/hakeeper simulates them). Watch: CN pods, on
+// The operator never registers a store: CN processes do (fakes/hakeeperfake simulates them). Watch: CN pods, on
 // generation, label or annotation changes other than its own score and deletion-cost writes, deletion,
 // creation.
 type CNStoreReconciler struct {
@@ -57,7 +57,7 @@ type CNStoreReconciler struct {
 	Client client.Client
 	// Options are the defect switches and durations; zero durations mean their defaults.
 	Options Options
-	// HAKeeper hands out the LogSets' HAKeeper instances (fakes/hakeeper in tests); required.
+	// HAKeeper hands out the LogSets' HAKeeper instances (fakes/hakeeperfake in tests); required.
 	HAKeeper hakeeper.Registry
 	// Stores is the operator's HAKeeper store cache; nil means a cache of the reconciler's own (share one
 	// with CNClaimReconciler).

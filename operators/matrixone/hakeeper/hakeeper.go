@@ -1,5 +1,5 @@
 // Package hakeeper is the MatrixOne operator's view of HAKeeper, the cluster's metadata service: the CN store
-// registry of one LogSet and the calls the operator makes on it. fakes/hakeeper implements it; production
+// registry of one LogSet and the calls the operator makes on it. fakes/hakeeperfake implements it; production
 // would talk to the real service. Nothing here knows it is under test.
 package hakeeper
 
@@ -84,7 +84,7 @@ type Registry interface {
 }
 
 // StoreUUID is the deterministic CN store UUID of a pod: a SHA-256 of namespace, pod name and subdomain,
-// rendered in the 8-4-4-4-12 UUID shape. The operator and the CN process (fakes/hakeeper) both derive it.
+// rendered in the 8-4-4-4-12 UUID shape. The operator and the CN process (fakes/hakeeperfake) both derive it.
 func StoreUUID(namespace, pod, subdomain string) string {
 	sum := sha256.Sum256([]byte(namespace + "/" + pod + "." + subdomain))
 	h := hex.EncodeToString(sum[:16])

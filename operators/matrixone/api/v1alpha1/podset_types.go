@@ -79,7 +79,7 @@ type LogSetStatus struct {
 	PodSetStatus `json:",inline"`
 
 	// Discovery is the address of the LogSet's HAKeeper: the key "<namespace>/<name>" under which the
-	// HAKeeper instance (fakes/hakeeper) serves. DNSet and ProxySet configs point at it.
+	// HAKeeper instance (fakes/hakeeperfake) serves. DNSet and ProxySet configs point at it.
 	// +optional
 	Discovery string `json:"discovery,omitempty"`
 }

@@ -1,4 +1,4 @@
-package hakeeper
+package hakeeperfake
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package hakeeper_test
+package hakeeperfake_test
 
 import (
 	"context"
@@ -24,7 +24,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/ensembletest/ensemble/fakes/dataplane"
-	fakehk "github.com/ensembletest/ensemble/fakes/hakeeper"
+	fakehk "github.com/ensembletest/ensemble/fakes/hakeeperfake"
 	"github.com/ensembletest/ensemble/internal/controlplane"
 	"github.com/ensembletest/ensemble/internal/passcount"
 	mov1 "github.com/ensembletest/ensemble/operators/matrixone/api/v1alpha1"

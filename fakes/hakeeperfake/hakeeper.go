@@ -14,7 +14,7 @@
 // DeleteCNStore. Sessions are set with SetSessions; while a store is Draining they drop by one every
 // DrainTick until 0, and the store's work state becomes Drained then. Nothing here writes to Kubernetes
 // except Migrate. Every method is safe for concurrent use.
-package hakeeper
+package hakeeperfake
 
 import (
 	"context"
