@@ -16,6 +16,9 @@ import (
 	rayv1 "github.com/ray-project/kuberay/ray-operator/apis/ray/v1"
 	"github.com/ray-project/kuberay/ray-operator/controllers/ray"
 	"github.com/ray-project/kuberay/ray-operator/controllers/ray/batchscheduler"
+	"github.com/ray-project/kuberay/ray-operator/controllers/ray/utils"
+	"github.com/ray-project/kuberay/ray-operator/controllers/ray/utils/dashboardclient"
+	utiltypes "github.com/ray-project/kuberay/ray-operator/controllers/ray/utils/types"
 
 	"github.com/ensembletest/ensemble/suite"
 )
@@ -49,11 +52,20 @@ func Scheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
+// Option changes how Setup builds the reconcilers.
+type Option func(*setup)
+
+type setup struct{ provider utils.ClientProvider }
+
+// WithClientProvider hands the RayJob and RayService reconcilers p for their Ray dashboard and HTTP proxy
+// clients, where main.go hands them its configapi.Configuration (real HTTP clients of the Ray head).
+func WithClientProvider(p utils.ClientProvider) Option { return func(s *setup) { s.provider = p } }
+
 // Setup registers KubeRay's RayCluster, RayService and RayJob controllers with mgr, as ray-operator/main.go
 // does with no flags and no config file. mgr's scheme must come from Scheme; call Setup once per manager,
 // before mgr starts. KubeRay's NewReconciler panics when it cannot add its Pod field index (e.g. the API
 // server is unreachable for the REST mapping); Setup returns that panic as an error.
-func Setup(ctx context.Context, mgr manager.Manager) (err error) {
+func Setup(ctx context.Context, mgr manager.Manager, opts ...Option) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = fmt.Errorf("kuberay: RayCluster reconciler: %v", p)
@@ -78,12 +90,59 @@ func Setup(ctx context.Context, mgr manager.Manager) (err error) {
 	if err := ray.NewReconciler(ctx, mgr, clusterOptions).SetupWithManager(mgr, config.ReconcileConcurrency); err != nil {
 		return fmt.Errorf("kuberay: RayCluster controller: %w", err)
 	}
-	if err := ray.NewRayServiceReconciler(ctx, mgr, config).SetupWithManager(mgr, config.ReconcileConcurrency); err != nil {
+	set := setup{provider: config}
+	for _, o := range opts {
+		o(&set)
+	}
+	if err := ray.NewRayServiceReconciler(ctx, mgr, set.provider).SetupWithManager(mgr, config.ReconcileConcurrency); err != nil {
 		return fmt.Errorf("kuberay: RayService controller: %w", err)
 	}
 	jobOptions := ray.RayJobReconcilerOptions{BatchSchedulerManager: schedulers}
-	if err := ray.NewRayJobReconciler(ctx, mgr, jobOptions, config).SetupWithManager(mgr, config.ReconcileConcurrency); err != nil {
+	if err := ray.NewRayJobReconciler(ctx, mgr, jobOptions, set.provider).SetupWithManager(mgr, config.ReconcileConcurrency); err != nil {
 		return fmt.Errorf("kuberay: RayJob controller: %w", err)
 	}
 	return nil
 }
+
+// FakeRay is a utils.ClientProvider that hands KubeRay's reconcilers KubeRay's own fake Ray clients instead
+// of HTTP clients of a Ray head. No Ray process runs under ensemble (the data-plane kubelet runs no
+// container), so nothing would answer the RayJob controller's dashboard calls (job status, stop) or the
+// RayService controller's (Serve application status, config update) and proxy health checks.
+type FakeRay struct {
+	// Dashboard answers every dashboard call; Dashboard.GetJobInfoMock decides the job status it reports.
+	Dashboard *utils.FakeRayDashboardClient
+	// HTTPProxy answers the proxy actor health checks of RayService head pods.
+	HTTPProxy *utils.FakeRayHttpProxyClient
+}
+
+// NewFakeRay returns fake Ray clients whose dashboard reports every job as jobStatus and the Serve
+// applications apps RUNNING, each with one HEALTHY deployment of its own name, and whose proxy actors are
+// healthy.
+func NewFakeRay(jobStatus rayv1.JobStatus, apps ...string) *FakeRay {
+	d := &utils.FakeRayDashboardClient{}
+	info := func(context.Context, string) (*utiltypes.RayJobInfo, error) {
+		return &utiltypes.RayJobInfo{JobStatus: jobStatus}, nil
+	}
+	d.GetJobInfoMock.Store(&info)
+	statuses := map[string]*utiltypes.ServeApplicationStatus{}
+	for _, app := range apps {
+		statuses[app] = &utiltypes.ServeApplicationStatus{Status: rayv1.ApplicationStatusEnum.RUNNING,
+			Deployments: map[string]utiltypes.ServeDeploymentStatus{app: {Name: app, Status: rayv1.DeploymentStatusEnum.HEALTHY}}}
+	}
+	d.SetMultiApplicationStatuses(statuses)
+	return &FakeRay{Dashboard: d, HTTPProxy: &utils.FakeRayHttpProxyClient{IsHealthy: true}}
+}
+
+// GetDashboardClient returns f.Dashboard for every RayCluster and URL.
+func (f *FakeRay) GetDashboardClient(manager.Manager) func(*rayv1.RayCluster, string) (dashboardclient.RayDashboardClientInterface, error) {
+	return func(*rayv1.RayCluster, string) (dashboardclient.RayDashboardClientInterface, error) {
+		return f.Dashboard, nil
+	}
+}
+
+// GetHttpProxyClient returns f.HTTPProxy for every pod.
+func (f *FakeRay) GetHttpProxyClient(manager.Manager) func(string, string, string, int) utils.RayHttpProxyClientInterface {
+	return func(string, string, string, int) utils.RayHttpProxyClientInterface { return f.HTTPProxy }
+}
+
+var _ utils.ClientProvider = (*FakeRay)(nil)

@@ -1,23 +1,30 @@
 package kuberay_test
 
 import (
+	"context"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	rayv1 "github.com/ray-project/kuberay/ray-operator/apis/ray/v1"
 
+	"github.com/ensembletest/ensemble/examples/kuberay"
 	"github.com/ensembletest/ensemble/fakes/dataplane"
 	"github.com/ensembletest/ensemble/suite"
 )
@@ -84,6 +91,50 @@ func startRayJob(c *suite.Case, name string) string {
 		g.Expect(c.Get(name, &batchv1.Job{})).To(Succeed())
 	}).Should(Succeed(), "the submitter Job of RayJob %s", name)
 	return cluster
+}
+
+// fakeRayCase makes a case whose namespace the suite's "kuberay" manager never reconciles in
+// (suite.Unadmitted) and starts a KubeRay instance of its own there, ungated and scoped to it by its cache,
+// with fake Ray clients (kuberay.NewFakeRay(jobStatus, apps...)); the instance stops after the case's cleanup.
+// It returns the case and the instance's manager name.
+func fakeRayCase(jobStatus rayv1.JobStatus, apps ...string) (*suite.Case, string) {
+	GinkgoHelper()
+	c := s.NewCase(GinkgoT(), suite.Unadmitted())
+	name := "kuberay-" + c.Namespace[len(c.Namespace)-5:]
+	fake := kuberay.NewFakeRay(jobStatus, apps...)
+	m, err := s.StartManager(suite.ManagerOptions{Name: name, Ungated: true,
+		Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{c.Namespace: {}}},
+		Register: func(mgr manager.Manager) error {
+			return kuberay.Setup(context.Background(), mgr, kuberay.WithClientProvider(fake))
+		}})
+	Expect(err).NotTo(HaveOccurred())
+	c.AfterCleanup(func() { _ = m.Stop() })
+	return c, name
+}
+
+// rayService is a RayService serving one application, app, from a cluster of a head and one worker; the head
+// declares the ports KubeRay's services name (the serve service needs "serve").
+func rayService(name, app string) *rayv1.RayService {
+	spec := clusterSpec(1)
+	spec.HeadGroupSpec.Template.Spec.Containers[0].Ports = []corev1.ContainerPort{{Name: "gcs-server", ContainerPort: 6379},
+		{Name: "dashboard", ContainerPort: 8265}, {Name: "client", ContainerPort: 10001}, {Name: "serve", ContainerPort: 8000}}
+	return &rayv1.RayService{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: rayv1.RayServiceSpec{
+		ServeConfigV2:  "applications:\n  - name: " + app + "\n    import_path: " + app + ":app\n    route_prefix: /\n",
+		RayClusterSpec: spec,
+	}}
+}
+
+// changedTo returns the resourceVersion of the first change of kind/name whose field path became value; 0 if none.
+func changedTo(c *suite.Case, kind, name, path, value string) int64 {
+	for _, ch := range c.Changes(suite.ChangeFilter{Kind: kind, Name: name}) {
+		for _, f := range ch.Fields {
+			if f.Path == path && f.New == value {
+				n, _ := strconv.ParseInt(ch.ResourceVersion, 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
 }
 
 // passCounts renders the passes per controller of manager in the case's namespace.
@@ -222,5 +273,156 @@ var _ = Describe("kuberay", func() {
 		AddReportEntry("cascade after deleting RayJob doomed", fmt.Sprintf(
 			"gone in %s; finalizer removed by kuberay/rayjob; deleted: %s",
 			time.Since(deleted).Round(time.Millisecond), strings.Join(gone, ", ")), ReportEntryVisibilityAlways)
+	})
+
+	It("a K8sJobMode RayJob runs to completion: its submitter Job completes and the dashboard reports SUCCEEDED", func() {
+		c, instance := fakeRayCase(rayv1.JobStatusSucceeded)
+		job := rayJob("done")
+		Expect(job.Spec.SubmissionMode).To(BeEmpty(), "KubeRay defaults the mode to K8sJobMode")
+		Expect(c.Create(job)).To(Succeed())
+		eventually(func(g Gomega) {
+			g.Expect(c.Get(job.Name, job)).To(Succeed())
+			g.Expect(job.Spec.SubmissionMode).To(Equal(rayv1.K8sJobMode))
+			g.Expect(job.Status.JobDeploymentStatus).To(Equal(rayv1.JobDeploymentStatusComplete))
+			g.Expect(job.Status.JobStatus).To(Equal(rayv1.JobStatusSucceeded))
+		}).Should(Succeed())
+		complete := time.Since(c.Started)
+
+		submitter := &batchv1.Job{}
+		Expect(c.Get(job.Name, submitter)).To(Succeed())
+		Expect(submitter.Status.Succeeded).To(BeEquivalentTo(1))
+		Expect(submitter.Status.Conditions).To(ContainElement(And(HaveField("Type", batchv1.JobComplete),
+			HaveField("Status", corev1.ConditionTrue))), "the real Job controller's Complete condition")
+		Expect(c.Writes(suite.WriteFilter{Kind: "Job", Subresource: "status"})).To(BeEmpty(),
+			"only kube-controller-manager's Job controller (not recorded) writes the Job's status")
+		pods := &corev1.PodList{}
+		Expect(c.List(pods, client.MatchingLabels{"batch.kubernetes.io/job-name": submitter.Name})).To(Succeed())
+		Expect(pods.Items).To(HaveLen(1))
+		Expect(pods.Items[0].Status.Phase).To(Equal(corev1.PodSucceeded), "the kubelet ran the submitter pod to completion")
+
+		jobDone := changedTo(c, "Job", submitter.Name, "status.conditions[type=Complete].status", "True")
+		rayDone := changedTo(c, "RayJob", job.Name, "status.jobDeploymentStatus", string(rayv1.JobDeploymentStatusComplete))
+		Expect(jobDone).NotTo(BeZero(), "the stream saw no Complete condition on the submitter Job")
+		Expect(rayDone).To(BeNumerically(">", jobDone), "the RayJob went Complete before its submitter Job did")
+		took := c.RequireQuiescent(time.Second, 20*time.Second)
+		AddReportEntry("RayJob done (K8sJobMode)", fmt.Sprintf("Complete/SUCCEEDED %s after create (submitter Job Complete at rv %d, RayJob Complete at rv %d); "+
+			"quiet 1 s window complete %s later; passes: %s", complete.Round(time.Millisecond), jobDone, rayDone,
+			took.Round(time.Millisecond), passCounts(c, instance, kubeRayControllers...)), ReportEntryVisibilityAlways)
+	})
+
+	It("a RayService becomes Ready from the endpoints the real endpoints and endpointslice controllers fill in", func() {
+		c, instance := fakeRayCase(rayv1.JobStatusSucceeded, "hello")
+		svc := rayService("serve", "hello")
+		Expect(c.Create(svc)).To(Succeed())
+		eventually(func(g Gomega) {
+			g.Expect(c.Get(svc.Name, svc)).To(Succeed())
+			g.Expect(meta.IsStatusConditionTrue(svc.Status.Conditions, string(rayv1.RayServiceReady))).To(BeTrue(),
+				"conditions: %v", svc.Status.Conditions)
+		}).Should(Succeed())
+		ready := time.Since(c.Started)
+		Expect(svc.Status.ServiceStatus).To(Equal(rayv1.Running))
+		Expect(svc.Status.NumServeEndpoints).To(BeNumerically(">", 0))
+		Expect(svc.Status.ActiveServiceStatus.Applications).To(HaveKeyWithValue("hello", HaveField("Status", rayv1.ApplicationStatusEnum.RUNNING)))
+
+		serveSvc := svc.Name + "-serve-svc"
+		Expect(c.Get(serveSvc, &corev1.Service{})).To(Succeed())
+		ips := map[string]string{} // pod IP -> pod
+		pods := &corev1.PodList{}
+		Expect(c.List(pods, client.MatchingLabels{"ray.io/cluster": svc.Status.ActiveServiceStatus.RayClusterName})).To(Succeed())
+		head := ""
+		for _, p := range pods.Items {
+			ips[p.Status.PodIP] = p.Name
+			if p.Labels["ray.io/node-type"] == string(rayv1.HeadNode) {
+				head = p.Status.PodIP
+				Expect(p.Labels).To(HaveKeyWithValue("ray.io/serve", "true"), "the rayservice controller's label after the fake proxy's health check")
+			}
+		}
+		Expect(head).NotTo(BeEmpty(), "the cluster's head pod and its IP")
+		ep := &corev1.Endpoints{} //nolint:staticcheck // what KubeRay reads
+		Expect(c.Get(serveSvc, ep)).To(Succeed())
+		var addrs []string
+		for _, sub := range ep.Subsets {
+			for _, a := range sub.Addresses {
+				Expect(ips).To(HaveKey(a.IP), "endpoint %s is not a pod of the cluster", a.IP)
+				addrs = append(addrs, a.IP+" ("+ips[a.IP]+")")
+			}
+		}
+		Expect(addrs).To(HaveLen(int(svc.Status.NumServeEndpoints)))
+		Expect(addrs).To(ContainElement(HavePrefix(head+" ")), "the head pod serves")
+		slices := &discoveryv1.EndpointSliceList{}
+		Expect(c.List(slices, client.MatchingLabels{discoveryv1.LabelServiceName: serveSvc})).To(Succeed())
+		var sliced []string
+		for _, sl := range slices.Items {
+			for _, e := range sl.Endpoints {
+				sliced = append(sliced, e.Addresses...)
+			}
+		}
+		Expect(sliced).To(HaveLen(len(addrs)), "the EndpointSlice of %s", serveSvc)
+		for _, k := range []string{"Endpoints", "EndpointSlice"} {
+			Expect(c.Writes(suite.WriteFilter{Kind: k})).To(BeEmpty(), "nobody in the suite writes %s", k)
+		}
+		took := c.RequireQuiescent(time.Second, 20*time.Second)
+		AddReportEntry("RayService Ready", fmt.Sprintf("Ready %s after create with %d serve endpoints %v (EndpointSlice %v); "+
+			"quiet 1 s window complete %s later; passes: %s", ready.Round(time.Millisecond), svc.Status.NumServeEndpoints, addrs, sliced,
+			took.Round(time.Millisecond), passCounts(c, instance, kubeRayControllers...)), ReportEntryVisibilityAlways)
+	})
+
+	It("a Deployment reaches its available replicas and rolls out a new template through the real Deployment and ReplicaSet controllers", func() {
+		c := s.NewCase(GinkgoT())
+		labels := map[string]string{"app": "web"}
+		d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: "web"}, Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](3), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "web", Image: "nginx:1"}}}},
+		}}
+		Expect(c.Create(d)).To(Succeed())
+		rolledOut := func(image string) {
+			GinkgoHelper()
+			eventually(func(g Gomega) {
+				g.Expect(c.Get(d.Name, d)).To(Succeed())
+				g.Expect(d.Status.ObservedGeneration).To(Equal(d.Generation))
+				g.Expect(d.Status.UpdatedReplicas).To(BeEquivalentTo(3))
+				g.Expect(d.Status.AvailableReplicas).To(BeEquivalentTo(3))
+				g.Expect(d.Status.Replicas).To(BeEquivalentTo(3), "old pods still counted")
+				pods := &corev1.PodList{}
+				g.Expect(c.List(pods, client.MatchingLabels(labels))).To(Succeed())
+				g.Expect(pods.Items).To(HaveLen(3))
+				for _, p := range pods.Items {
+					g.Expect(p.Spec.Containers[0].Image).To(Equal(image))
+				}
+			}).Should(Succeed())
+		}
+		rolledOut("nginx:1")
+		available := time.Since(c.Started)
+		sets := &appsv1.ReplicaSetList{}
+		Expect(c.List(sets)).To(Succeed())
+		Expect(sets.Items).To(HaveLen(1))
+		Expect(metav1.IsControlledBy(&sets.Items[0], d)).To(BeTrue())
+		pods := &corev1.PodList{}
+		Expect(c.List(pods, client.MatchingLabels(labels))).To(Succeed())
+		for _, p := range pods.Items {
+			Expect(metav1.IsControlledBy(&p, &sets.Items[0])).To(BeTrue(), "pod %s", p.Name)
+			Expect(p.Spec.NodeName).To(Equal(dataplane.DefaultNodeName), "pod %s", p.Name)
+			Expect(p.Status.PodIP).NotTo(BeEmpty(), "pod %s", p.Name)
+		}
+
+		By("changing the image")
+		start := time.Now()
+		Expect(c.Update(d.Name, d, func() { d.Spec.Template.Spec.Containers[0].Image = "nginx:2" })).To(Succeed())
+		rolledOut("nginx:2")
+		rollout := time.Since(start)
+		Expect(c.List(sets)).To(Succeed())
+		Expect(sets.Items).To(HaveLen(2))
+		for _, rs := range sets.Items {
+			want := int32(0)
+			if rs.Spec.Template.Spec.Containers[0].Image == "nginx:2" {
+				want = 3
+			}
+			Expect(rs.Spec.Replicas).To(HaveValue(Equal(want)), "ReplicaSet %s", rs.Name)
+		}
+		Expect(c.Writes(suite.WriteFilter{Kind: "ReplicaSet"})).To(BeEmpty(), "nobody in the suite writes ReplicaSets")
+		c.RequireQuiescent(time.Second, 20*time.Second)
+		AddReportEntry("Deployment", fmt.Sprintf("3/3 available %s after create; new template rolled out in %s",
+			available.Round(time.Millisecond), rollout.Round(time.Millisecond)), ReportEntryVisibilityAlways)
 	})
 })

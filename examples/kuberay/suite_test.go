@@ -7,6 +7,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -42,12 +43,12 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 	Expect(err).NotTo(HaveOccurred())
 	crds, err := kuberay.CRDPath()
 	Expect(err).NotTo(HaveOccurred())
-	dp := dataplane.New(dataplane.Options{}) // kubelet, and a collector of every served kind
+	dp := dataplane.New(dataplane.Options{}) // the kubelet; the real controllers run in kube-controller-manager
 	s, err = suite.Boot(ctx, suite.Options{
 		Scheme:            scheme,
 		CRDDirectoryPaths: []string{crds},
 		WatchKinds: []client.Object{&rayv1.RayCluster{}, &rayv1.RayJob{}, &rayv1.RayService{},
-			&corev1.Pod{}, &corev1.Service{}, &batchv1.Job{}},
+			&corev1.Pod{}, &corev1.Service{}, &batchv1.Job{}, &appsv1.Deployment{}, &appsv1.ReplicaSet{}},
 		Pins: noPins{},
 		Managers: []suite.ManagerOptions{dp.ManagerOptions(), {Name: "kuberay",
 			Register: func(mgr manager.Manager) error { return kuberay.Setup(context.Background(), mgr) }}},
