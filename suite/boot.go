@@ -277,26 +277,9 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 		return nil, err
 	}
 
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s.cancel = cancel
-	streamCache, err := cache.New(cfg, cache.Options{Scheme: opts.Scheme})
-	if err == nil {
-		err = s.stream.watch(runCtx, streamCache, opts.WatchKinds)
-	}
-	if err != nil {
+	if err := s.startStream(ctx, cfg); err != nil {
 		_ = s.Stop()
 		return nil, err
-	}
-	s.reader = streamCache
-	go func() { _ = streamCache.Start(runCtx) }()
-	syncCtx, syncCancel := context.WithTimeout(runCtx, opts.StartTimeout)
-	defer syncCancel()
-	if !streamCache.WaitForCacheSync(syncCtx) {
-		_ = s.Stop()
-		if s.interrupted.Load() {
-			return nil, errInterrupted
-		}
-		return nil, fmt.Errorf("suite: the event stream's cache did not sync within %s", opts.StartTimeout)
 	}
 	for _, mo := range opts.Managers {
 		if _, err := s.StartManager(mo); err != nil {
@@ -306,6 +289,32 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 	}
 	s.Ready = time.Since(start)
 	return s, nil
+}
+
+// startStream starts the event stream's informer cache on the watched kinds and waits (Options.StartTimeout)
+// for it to sync. Errors: a watched kind not in the scheme or not served, a cache that does not sync, an
+// interrupt.
+func (s *Suite) startStream(ctx context.Context, cfg *rest.Config) error {
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	streamCache, err := cache.New(cfg, cache.Options{Scheme: s.scheme})
+	if err == nil {
+		err = s.stream.watch(runCtx, streamCache, s.watchKinds)
+	}
+	if err != nil {
+		return err
+	}
+	s.reader = streamCache
+	go func() { _ = streamCache.Start(runCtx) }()
+	syncCtx, syncCancel := context.WithTimeout(runCtx, s.startTimeout)
+	defer syncCancel()
+	if !streamCache.WaitForCacheSync(syncCtx) {
+		if s.interrupted.Load() {
+			return errInterrupted
+		}
+		return fmt.Errorf("suite: the event stream's cache did not sync within %s", s.startTimeout)
+	}
+	return nil
 }
 
 func (o *Options) defaults() error {
