@@ -121,7 +121,10 @@ func testWrappedController(t *testing.T, s *Suite) {
 	if err := c.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "m"}}); err != nil {
 		t.Fatal(err)
 	}
-	c.RequireQuiescent(200*time.Millisecond, 10*time.Second)
+	// Quiescence cannot see an event still on its way to a controller (a loaded machine stretches that past
+	// 200 ms): wait for the controller's write first, then for the namespace to stay quiet.
+	NewWithT(t).Eventually(func() []Write { return c.Writes(WriteFilter{Manager: "op"}) }).WithTimeout(10 * time.Second).ShouldNot(BeEmpty())
+	c.RequireQuiescent(300*time.Millisecond, 10*time.Second)
 	ws := c.Writes(WriteFilter{Manager: "op"})
 	if len(ws) != 1 || ws[0].Controller != "configmap" || ws[0].Pass == 0 || ws[0].Verb != VerbPatch || ws[0].FieldOwner != "operator" || ws[0].ResourceVersion == "" {
 		t.Fatalf("operator writes = %v, want one patch by controller configmap, attributed to a pass", ws)
