@@ -80,6 +80,7 @@ func Start(env *envtest.Environment, onSignal func()) (*Plane, error) {
 	}
 	ReapOrphans()
 	startWatchdog()
+	beatTestTimeout()
 	startMu.Lock()
 	defer startMu.Unlock()
 	p := &Plane{env: env, seen: map[string]bool{}, done: make(chan struct{}), interrupted: make(chan struct{})}

@@ -1,12 +1,14 @@
 package controlplane
 
 import (
+	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
+	"time"
 )
 
 // The watchdog is a small shell process started with the first control plane of a test process. It waits
@@ -54,5 +56,35 @@ func startWatchdog() {
 			return
 		}
 		watchdogPipe = w
+	})
+}
+
+// processStart approximates when go test's -timeout clock started: when this package was initialised.
+var processStart = time.Now()
+
+// timeoutOnce arms, once per process, the kill that beats go test's -timeout.
+var timeoutOnce sync.Once
+
+// beatTestTimeout kills every plane's processes half a second before go test's -timeout panics the test
+// binary: the panic ends the process without any cleanup, and the watchdog would only act after it.
+func beatTestTimeout() {
+	timeoutOnce.Do(func() {
+		f := flag.Lookup("test.timeout")
+		if f == nil {
+			return
+		}
+		d, err := time.ParseDuration(f.Value.String())
+		if err != nil || d <= 0 {
+			return
+		}
+		time.AfterFunc(time.Until(processStart.Add(d-500*time.Millisecond)), func() {
+			planesMu.Lock()
+			var pids []int
+			for q := range planes {
+				pids = append(pids, q.children()...)
+			}
+			planesMu.Unlock()
+			KillNow(pids)
+		})
 	})
 }
