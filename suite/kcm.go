@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ensembletest/ensemble/internal/controlplane"
@@ -58,21 +59,13 @@ func (s *Suite) waitForCollector(ctx context.Context) error {
 	if err := s.Client.Delete(ctx, owner, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil {
 		return fmt.Errorf("suite: probing the garbage collector: %w", err)
 	}
-	deadline := time.Now().Add(s.startTimeout)
-	for {
-		err := s.Client.Get(ctx, client.ObjectKeyFromObject(dep), &corev1.ConfigMap{})
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("suite: kube-controller-manager's garbage collector did not collect within %s (Options.StartTimeout); its log ends:\n%s", s.startTimeout, indent(s.kcmLog.last(10)))
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(20 * time.Millisecond):
-		}
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, s.startTimeout, true, func(ctx context.Context) (bool, error) {
+		return apierrors.IsNotFound(s.Client.Get(ctx, client.ObjectKeyFromObject(dep), &corev1.ConfigMap{})), nil
+	})
+	if err != nil && ctx.Err() == nil {
+		return fmt.Errorf("suite: kube-controller-manager's garbage collector did not collect within %s (Options.StartTimeout); its log ends:\n%s", s.startTimeout, indent(s.kcmLog.last(10)))
 	}
+	return err
 }
 
 // lineLog keeps the last max lines written to it. Safe for concurrent use.

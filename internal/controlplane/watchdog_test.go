@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	. "github.com/onsi/gomega"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
@@ -54,23 +55,20 @@ func TestNothingOutlivesAPanic(t *testing.T) {
 	waitGone(t, pids, exited)
 }
 
-// waitGone waits (at most 2 s) until none of pids runs, and reports how long that took after the
-// child exited.
+// waitGone waits (at most 2 s) until none of pids runs, and reports how long that took after the child
+// exited.
 func waitGone(t *testing.T, pids []int, exited time.Time) {
 	t.Helper()
-	for deadline := time.Now().Add(2 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		var alive []string
+	alive := func() []string {
+		var out []string
 		for _, pid := range pids {
 			if running(pid) {
-				alive = append(alive, fmt.Sprintf("%d (%s)", pid, comm(pid)))
+				out = append(out, fmt.Sprintf("%d (%s)", pid, comm(pid)))
 			}
 		}
-		if len(alive) == 0 {
-			t.Logf("control plane of the panicked binary gone %s after it exited", time.Since(exited).Round(time.Millisecond))
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("still running 2 s after the test binary panicked: %s", strings.Join(alive, ", "))
-		}
+		return out
 	}
+	NewWithT(t).Eventually(alive).WithTimeout(2*time.Second).WithPolling(5*time.Millisecond).
+		Should(BeEmpty(), "still running 2 s after the test binary panicked")
+	t.Logf("control plane of the panicked binary gone %s after it exited", time.Since(exited).Round(time.Millisecond))
 }
