@@ -58,8 +58,10 @@ test-suite: envtest-assets ## The scenario suite alone, verbose so pins are read
 	  $(GO) test -count=1 -timeout $(SUITE_TIMEOUT) ./scenarios/ -v -args -ginkgo.v $(GINKGO_ARGS)
 
 .PHONY: test-race
-test-race: envtest-assets ## Unit tests and the scenario suite under the race detector.
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -race -count=1 -timeout $(SUITE_TIMEOUT) ./...
+test-race: envtest-assets ## Unit tests, the scenario suite and the KubeRay example under the race detector.
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -race -count=1 -timeout $(SUITE_TIMEOUT) $$($(GO) list ./... | grep -v /scenarios$$)
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -race -count=1 -timeout $(SUITE_TIMEOUT) ./scenarios/
+	cd examples/kuberay && KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -race -count=1 -timeout $(SUITE_TIMEOUT) ./...
 
 # make bisect and make flake read GOOD, BAD, FOCUS, N and LABELS from make's command line (or the environment),
 # which make passes to the scripts as they are, quotes and spaces included. A missing one ends in one line.

@@ -27,8 +27,9 @@
 //     controller and the controller-runtime version.
 //   - Kinds that are not in Options.WatchKinds produce no Changes; quiescence and dumps look only at the
 //     watched kinds.
-//   - envtest runs no kube-controller-manager and no kubelet: nothing collects garbage, deletes namespaces,
-//     runs Deployments, StatefulSets or Jobs, or moves pods, unless a manager such as fakes/dataplane does.
+//   - There is no kubelet and no scheduler: pods stay Pending unless a manager such as fakes/dataplane binds
+//     and runs them. kube-controller-manager runs only the controllers in Options.KubeControllers (by default
+//     those that need no node and no cloud), and its own writes are not recorded, only seen as changes.
 //   - Requeue compression changes wall time, not order. A spec that measures a rate must measure it in the
 //     operator's own time (OperatorTimeline).
 package suite

@@ -8,7 +8,8 @@ import (
 )
 
 // TestReadmeShowsTheseFiles: every Go block of the repository README's "Writing a scenario" section is
-// taken from this example as it is, so the README's way of writing a scenario is one that compiles and runs.
+// taken from this example as it is, so the README's way of writing a scenario is one that compiles and runs;
+// the Pins section's block is taken from the scenario suite.
 func TestReadmeShowsTheseFiles(t *testing.T) {
 	readme, err := os.ReadFile("../../README.md")
 	if err != nil {
@@ -22,6 +23,16 @@ func TestReadmeShowsTheseFiles(t *testing.T) {
 	}
 	if i := strings.Index(section[3:], "\n## "); i >= 0 {
 		section = section[:i+3]
+	}
+	pins := string(readme)[strings.Index(string(readme), "## Pins"):]
+	scenario, err := os.ReadFile("../../scenarios/multigres_test.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, b := range regexp.MustCompile("(?s)```go\n(.*?)```").FindAllStringSubmatch(pins, -1) {
+		if !strings.Contains(string(scenario), b[1]) {
+			t.Errorf("README's Pins block is not in scenarios/multigres_test.go as it is; update one or the other:\n%s", b[1])
+		}
 	}
 	var sources strings.Builder
 	for _, f := range []string{"suite_test.go", "kuberay_specs_test.go", "kuberay.go"} {
