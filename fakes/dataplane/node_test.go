@@ -247,16 +247,23 @@ func TestJobPodsRunToCompletion(t *testing.T) {
 		g.Expect(condition(p, corev1.PodReady).Reason).To(Equal("PodCompleted"))
 		g.Expect(restarts(p)).To(Equal([]int32{0, 0}))
 	}).WithTimeout(5 * time.Second).Should(Succeed())
-	// (The log entry is added when the write returns, which can be after the pod is seen.)
-	g.Eventually(func() []string {
+	// (The log entry is added when the write returns, which can be after the pod is seen.) Whether the
+	// containers' ready step is written before the completion depends on timing: on a loaded machine both are
+	// due in the same pass, and a pod may complete before it was ever ready. What must hold: Running first,
+	// then one Succeeded, last.
+	g.Eventually(func(g Gomega) {
 		var phases []string
 		for _, e := range dp.Log(ns) {
 			if e.Name == "ok" && e.Op == "status" {
 				phases = append(phases, e.Detail)
 			}
 		}
-		return phases
-	}).Should(HaveExactElements(HavePrefix("Running"), HavePrefix("Running"), HavePrefix("Succeeded")))
+		g.Expect(len(phases)).To(BeNumerically(">=", 2), "status writes %q", phases)
+		g.Expect(phases[len(phases)-1]).To(HavePrefix("Succeeded"), "status writes %q", phases)
+		for _, ph := range phases[:len(phases)-1] {
+			g.Expect(ph).To(HavePrefix("Running"), "status writes %q", phases)
+		}
+	}).Should(Succeed())
 
 	// exit-code 3 under Never: Failed, the code in every container's status.
 	g.Eventually(func(g Gomega) {
