@@ -49,6 +49,10 @@ type Case struct {
 	s          *Suite
 	mu         sync.Mutex
 	invariants []*invariant
+	scripts    []*Script
+	optOuts    map[Oracle]string
+	sharedOK   map[string]bool
+	marks      []mark
 	admitted   bool
 	after      []func()
 }
@@ -87,7 +91,7 @@ func (s *Suite) NewCase(t TB, opts ...CaseOption) *Case {
 	_, _ = rand.Read(b)
 	ns := "e-" + name + "-" + hex.EncodeToString(b)[:5]
 	c := &Case{Namespace: ns, t: t, s: s, Started: time.Now(),
-		Client: client.WithFieldOwner(s.recordingClient(s.Client, "case", "spec"), CaseFieldManager), admitted: true}
+		Client: client.WithFieldOwner(s.recordingClient(s.Client, caseManager, "spec"), CaseFieldManager), admitted: true}
 	for _, o := range opts {
 		o(c)
 	}
@@ -149,7 +153,7 @@ func (c *Case) RequireQuiescent(window, timeout time.Duration, opts ...QuietOpti
 	c.t.Helper()
 	took, err := c.Quiescent(window, timeout, opts...)
 	if err != nil {
-		c.t.Fatalf("%v", err)
+		c.fatalf("%v", err)
 	}
 	return took
 }
@@ -179,6 +183,31 @@ func (c *Case) Reader() client.Reader { return c.s.reader }
 // Changes returns the observed changes in the case's namespace that match f, ordered by resourceVersion.
 func (c *Case) Changes(f ChangeFilter) []Change { return c.s.stream.changes(c.Namespace, f) }
 
+// mark is a failure the case noted (an assertion, oracle, invariant or script step), for the timeline.
+type mark struct {
+	At   time.Time
+	What string
+}
+
+// mark notes a failure now.
+func (c *Case) mark(what string) { c.markAt(time.Now(), what) }
+
+// markAt notes a failure at a given time.
+func (c *Case) markAt(at time.Time, what string) {
+	c.mu.Lock()
+	c.marks = append(c.marks, mark{At: at, What: what})
+	c.mu.Unlock()
+}
+
+// fatalf marks and fails the test with a harness verdict.
+func (c *Case) fatalf(format string, args ...any) {
+	c.t.Helper()
+	msg := fmt.Sprintf(format, args...)
+	first, _, _ := strings.Cut(msg, "\n")
+	c.mark(first)
+	c.t.Fatalf("%s", msg)
+}
+
 // noMatchHint adds to a "no matches for kind" error where the CRD should have come from.
 func noMatchHint(err error) error {
 	if meta.IsNoMatchError(err) {
@@ -192,16 +221,25 @@ func (c *Case) namespaced(obj client.Object) bool {
 	return err != nil || ok
 }
 
-// cleanup dumps on failure, empties the namespace while the operators can still release their finalizers
-// (deletion hygiene: what is still there after Options.CleanupTimeout fails the spec, named with its
-// finalizers, and has its finalizers removed), hands the namespace to the namespace controller when
-// kube-controller-manager runs one, runs the AfterCleanup functions and closes the gate.
+// cleanup runs the case's end-of-spec checks (invariants, scripts, oracles), dumps on failure, empties the
+// namespace while the operators can still release their finalizers (deletion hygiene: what is still there
+// after Options.CleanupTimeout fails the spec, named with its finalizers, and has its finalizers removed),
+// hands the namespace to the namespace controller when kube-controller-manager runs one, runs the
+// AfterCleanup functions and closes the gate. The failures are reported last, in one Errorf: Ginkgo's
+// Errorf ends the cleanup function it is called from, and the namespace must be emptied first.
 func (c *Case) cleanup() {
 	c.stopInvariants()
+	var failures []string
 	if err := c.invariantErrors(); err != "" {
-		c.t.Errorf("%s", err)
+		failures = append(failures, err)
 	}
-	dumped := c.t.Failed()
+	failures = append(failures, c.scriptErrors()...)
+	failures = append(failures, c.runOracles()...)
+	for _, f := range failures {
+		first, _, _ := strings.Cut(f, "\n")
+		c.mark(first)
+	}
+	dumped := c.t.Failed() || len(failures) > 0
 	if dumped {
 		c.writeDump()
 	}
@@ -217,13 +255,18 @@ func (c *Case) cleanup() {
 		defer c.s.gate.close(c.Namespace)
 	}
 	if held := c.empty(); len(held) > 0 {
-		c.t.Errorf("suite: deletion hygiene: %d objects of %s were still there %s after the spec (their finalizers were then removed):\n%s",
+		msg := fmt.Sprintf("suite: deletion hygiene: %d objects of %s were still there %s after the spec (their finalizers were then removed):\n%s",
 			len(held), c.Namespace, c.s.cleanupTimeout, indent(held))
+		c.mark(strings.SplitN(msg, "\n", 2)[0])
+		failures = append(failures, msg)
 		if !dumped {
 			c.writeDump()
 		}
 	}
 	c.s.deleteNamespace(c.Namespace, c.t.Name())
+	if len(failures) > 0 {
+		c.t.Errorf("%s", strings.Join(failures, "\n"))
+	}
 }
 
 // writeDump writes the case's failure dump and logs where.

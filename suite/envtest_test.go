@@ -105,6 +105,8 @@ func TestPlainTestingT(t *testing.T) {
 	t.Run("invariants", func(t *testing.T) { testInvariants(t, s) })
 	t.Run("pins", func(t *testing.T) { testPins(t, s) })
 	t.Run("deletion hygiene", func(t *testing.T) { testDeletionHygiene(t, s) })
+	t.Run("scripts", func(t *testing.T) { testScripts(t, s) })
+	t.Run("oracles", func(t *testing.T) { testOracles(t, s) })
 
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
@@ -154,6 +156,7 @@ func testWrappedController(t *testing.T, s *Suite) {
 
 	// A namespace no case admitted: requests are recorded as gated and never reach the reconciler.
 	closed := s.NewCase(t, Unadmitted())
+	closed.OptOut(Convergence, "unadmitted on purpose: no reconciler may run in it")
 	if err := closed.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "outside"}}); err != nil {
 		t.Fatal(err)
 	}

@@ -75,7 +75,7 @@ func (c *Case) Invariant(name string, fn func(ctx context.Context, r client.Read
 func (c *Case) RequireInvariants() {
 	c.t.Helper()
 	if msg := c.invariantErrors(); msg != "" {
-		c.t.Fatalf("%s", msg)
+		c.fatalf("%s", msg)
 	}
 }
 

@@ -13,7 +13,7 @@ func OperatorTimeline(passes []Pass) []time.Duration {
 	for i := 1; i < len(passes); i++ {
 		prev, cur := passes[i-1], passes[i]
 		gap := cur.Start.Sub(prev.Start)
-		if prev.Asked > 0 && prev.RequeueAfter > 0 && cur.Start.Sub(prev.End) >= prev.RequeueAfter {
+		if woke(prev, cur.Start) {
 			gap = prev.Asked
 		}
 		out[i] = out[i-1] + gap

@@ -3,6 +3,7 @@ package suite
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 
@@ -33,7 +34,10 @@ func OwnershipOf(obj client.Object) (Ownership, error) {
 		out[e.Manager] = append(out[e.Manager], paths...)
 	}
 	for m := range out {
+		// One manager can hold several entries (an apply and an update, the object and its status): a
+		// field in two of them is still owned by one manager.
 		sort.Strings(out[m])
+		out[m] = slices.Compact(out[m])
 	}
 	return out, nil
 }

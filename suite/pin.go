@@ -87,7 +87,11 @@ func knownDefect(t TB, catalog PinCatalog, ref string, check func() error, evide
 // error made with Harness fail the spec; a harness error never keeps a pin green.
 func (c *Case) KnownDefect(ref string, check func() error) {
 	c.t.Helper()
-	knownDefect(c.t, c.s.pins, ref, check, c.writeEvidence)
+	knownDefect(c.t, c.s.pins, ref, func() error {
+		err := check()
+		c.takeScriptErrors(err)
+		return err
+	}, c.writeEvidence)
 }
 
 // pinLineMax bounds the length of a pin's report line; the rest of its evidence goes to the artifacts.

@@ -68,6 +68,13 @@ func (w Write) writer() string {
 	return w.Manager + "/" + w.Controller
 }
 
+// String renders the write on one line: seq, time, writer, verb, subresource, object, pass, field owner and
+// the error of a rejected write.
+func (w Write) String() string { return w.line() }
+
+// GomegaString renders the write as String does, in Gomega's failure messages.
+func (w Write) GomegaString() string { return w.line() }
+
 // line renders the write on one line for reports and dumps.
 func (w Write) line() string {
 	sub := ""
@@ -101,6 +108,10 @@ type Pass struct {
 	// RequeueAfter is the delay handed to controller-runtime (after requeue compression); Asked is the delay
 	// the reconciler asked for. Both are zero when no delayed requeue was asked.
 	RequeueAfter, Asked time.Duration
+	// Requeued is true when the previous pass of this controller key asked for a delayed requeue and this
+	// pass began once the delay it was handed had run out: the requeue, not an event, most likely woke it.
+	// Under requeue compression and a fixture's time scale such passes run far sooner than in production.
+	Requeued bool
 }
 
 // line renders the pass on one line for reports and dumps.
@@ -133,16 +144,30 @@ type recorder struct {
 	lastPass map[passKey]*Pass
 	notify   *broadcast
 	scheme   *runtime.Scheme
+	hot      *hotLoops
 }
 
 func newRecorder(scheme *runtime.Scheme, notify *broadcast) *recorder {
-	return &recorder{perKey: map[passKey]int{}, lastPass: map[passKey]*Pass{}, notify: notify, scheme: scheme}
+	return &recorder{perKey: map[passKey]int{}, lastPass: map[passKey]*Pass{}, notify: notify, scheme: scheme, hot: newHotLoops()}
+}
+
+// caseManager is the manager name of a Case's client.
+const caseManager = "case"
+
+// woke reports whether a pass of the same key starting at start was most likely woken by prev's delayed
+// requeue: prev asked for one, and start is at least the delay it was handed after prev ended.
+func woke(prev Pass, start time.Time) bool {
+	return prev.Asked > 0 && prev.RequeueAfter > 0 && !prev.End.IsZero() && start.Sub(prev.End) >= prev.RequeueAfter
 }
 
 func (r *recorder) addWrite(w Write) {
 	r.mu.Lock()
 	w.Seq = int64(len(r.writeLog) + 1)
 	r.writeLog = append(r.writeLog, w)
+	requeued := w.Pass > 0 && int(w.Pass) <= len(r.passLog) && r.passLog[w.Pass-1].Requeued
+	if w.Manager != caseManager && !requeued {
+		r.hot.observe(w)
+	}
 	r.mu.Unlock()
 	r.notify.signal()
 }
@@ -153,6 +178,9 @@ func (r *recorder) beginPass(manager, controller string, req ctrl.Request) *Pass
 	k := passKey{manager, controller, req.NamespacedName}
 	r.perKey[k]++
 	p := &Pass{ID: int64(len(r.passLog) + 1), Manager: manager, Controller: controller, Request: req, N: r.perKey[k], Start: time.Now()}
+	if prev := r.lastPass[k]; prev != nil {
+		p.Requeued = woke(*prev, p.Start)
+	}
 	r.passLog = append(r.passLog, p)
 	r.lastPass[k] = p
 	return p
@@ -176,7 +204,29 @@ type WriteFilter struct {
 }
 
 func (f WriteFilter) match(ns string, w Write) bool {
-	return ns == w.Namespace && (f.Name == "" || f.Name == w.Name) &&
+	return ns == w.Namespace && f.fits(w)
+}
+
+// String renders the filter's set fields, e.g. "controller=shard verb=apply kind=Shard".
+func (f WriteFilter) String() string {
+	var parts []string
+	for _, kv := range [][2]string{{"manager", f.Manager}, {"controller", f.Controller}, {"verb", string(f.Verb)}, {"kind", f.Kind}, {"name", f.Name}, {"subresource", f.Subresource}} {
+		if kv[1] != "" {
+			parts = append(parts, kv[0]+"="+kv[1])
+		}
+	}
+	if !f.Since.IsZero() {
+		parts = append(parts, "since="+f.Since.Format("15:04:05.000"))
+	}
+	if len(parts) == 0 {
+		return "any write"
+	}
+	return strings.Join(parts, " ")
+}
+
+// fits matches w against f's fields, whatever its namespace.
+func (f WriteFilter) fits(w Write) bool {
+	return (f.Name == "" || f.Name == w.Name) &&
 		(f.Kind == "" || f.Kind == w.Kind) && (f.Manager == "" || f.Manager == w.Manager) &&
 		(f.Controller == "" || f.Controller == w.Controller) && (f.Verb == "" || f.Verb == w.Verb) &&
 		(f.Subresource == "" || f.Subresource == w.Subresource) && !w.Time.Before(f.Since)

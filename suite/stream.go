@@ -171,6 +171,26 @@ func (st *stream) changes(ns string, f ChangeFilter) []Change {
 	return out
 }
 
+// lastSeq is the Seq of the latest change seen in any namespace (0 before the first).
+func (st *stream) lastSeq() int64 {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return int64(len(st.log))
+}
+
+// after returns the changes in namespace ns with Seq above seq, in the order the stream saw them.
+func (st *stream) after(ns string, seq int64) []Change {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	var out []Change
+	for _, c := range st.log[min(int(seq), len(st.log)):] {
+		if c.Namespace == ns {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 func (st *stream) lastChange(ns string) time.Time {
 	st.mu.Lock()
 	defer st.mu.Unlock()

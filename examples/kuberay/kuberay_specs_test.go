@@ -186,6 +186,7 @@ var _ = Describe("kuberay", func() {
 
 	It("a RayJob's RayCluster: the rayjob controller creates it, the raycluster controller writes its status", func() {
 		c := s.NewCase(GinkgoT())
+		c.OptOut(suite.Convergence, "no Ray dashboard answers in this spec: the rayjob controller's job status calls fail and it retries; the spec checks who writes the RayCluster")
 		cluster := startRayJob(c, "hello")
 
 		creates := c.Writes(suite.WriteFilter{Kind: "RayCluster", Name: cluster, Verb: suite.VerbCreate})

@@ -3,8 +3,9 @@ package main
 import "testing"
 
 // suiteBudget is the most exported identifiers the suite package may have (funcs, types, methods,
-// constants and variables): one vocabulary, small enough to learn in an afternoon.
-const suiteBudget = 65
+// constants and variables): one vocabulary, small enough to learn in an afternoon. 65 held the harness
+// before scripts, write matchers and oracles; those brought it to 83.
+const suiteBudget = 85
 
 func TestSuiteStaysWithinItsBudget(t *testing.T) {
 	ids, err := exported("../../../suite")

@@ -1,0 +1,213 @@
+package suite
+
+import (
+	"context"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// cm is a ConfigMap named name, looping (the looper bumps it forever) when loop is true.
+func cm(name string, loop bool) *corev1.ConfigMap {
+	o := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	if loop {
+		o.Labels = map[string]string{"loop": "true"}
+	}
+	return o
+}
+
+// marked permits a ConfigMap's creation and marker's data.seen after it.
+func marked(name string) Permit {
+	return Before(Permits(Added, "ConfigMap", name), Permits(Modified, "ConfigMap", name, "data.seen"))
+}
+
+// testScripts checks a script's verdicts both ways: a healthy sequence passes, and one extra change, a
+// wrong order, an unfinished script and a dropped step error each fail with a line that says so.
+func testScripts(t *testing.T, s *Suite) {
+	t.Run("healthy", func(t *testing.T) {
+		c := s.NewCase(t)
+		sc := c.Script("two maps")
+		sc.RequireStep("create a", func() error { return c.Create(cm("a", false)) }, marked("a"))
+		sc.RequireStep("create b", func() error { return c.Create(cm("b", false)) }, marked("b"))
+		sc.RequireStep("delete a", func() error { return c.Delete(cm("a", false)) }, Permits(Deleted, "ConfigMap", "a"))
+		sc.RequireFinish(time.Second)
+	})
+	probe := func(t *testing.T, name string, body func(c *Case, sc *Script) error) (*probeTB, error) {
+		p := &probeTB{name: name}
+		c := s.NewCase(p)
+		err := body(c, c.Script(name))
+		p.runCleanups()
+		return p, err
+	}
+	t.Run("one extra change", func(t *testing.T) {
+		p, err := probe(t, "extra", func(c *Case, sc *Script) error {
+			return sc.Step("create a and b", func() error {
+				if err := c.Create(cm("a", false)); err != nil {
+					return err
+				}
+				return c.Create(cm("b", false))
+			}, marked("a"))
+		})
+		if err == nil || !regexp.MustCompile(`a change no permit covers: #\d+ \S+ Added ConfigMap/e-extra-[0-9a-f]+/b `).MatchString(err.Error()) {
+			t.Fatalf("step error %v, want the unpermitted creation of b named", err)
+		}
+		if !strings.Contains(strings.Join(p.errors, "\n"), "was dropped") {
+			t.Fatalf("cleanup errors %q: the step's error was dropped and cleanup did not say so", p.errors)
+		}
+	})
+	t.Run("wrong order", func(t *testing.T) {
+		_, err := probe(t, "order", func(c *Case, sc *Script) error {
+			err := sc.Step("a then b", func() error {
+				if err := c.Create(cm("a", false)); err != nil {
+					return err
+				}
+				return c.Create(cm("b", false))
+			}, Before(marked("b"), marked("a")))
+			c.KnownDefect("X-1", func() error { return err })
+			return err
+		})
+		if err == nil || !strings.Contains(err.Error(), "order violated") || !strings.Contains(err.Error(), "Added ConfigMap/b must come before Added ConfigMap/a") {
+			t.Fatalf("step error %v, want the order violation named", err)
+		}
+	})
+	t.Run("unfinished", func(t *testing.T) {
+		p, err := probe(t, "unfinished", func(c *Case, sc *Script) error {
+			return sc.Step("create a", func() error { return c.Create(cm("a", false)) }, marked("a"))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(strings.Join(p.errors, "\n"), `script "unfinished" was never finished`) {
+			t.Fatalf("cleanup errors %q, want the unfinished script named", p.errors)
+		}
+	})
+	t.Run("a change after the last step", func(t *testing.T) {
+		_, err := probe(t, "late", func(c *Case, sc *Script) error {
+			if err := sc.Step("create a", func() error { return c.Create(cm("a", false)) }, marked("a")); err != nil {
+				return err
+			}
+			if err := c.Create(cm("late", false)); err != nil {
+				return err
+			}
+			err := sc.Finish(time.Second)
+			c.KnownDefect("X-1", func() error { return err })
+			return err
+		})
+		if err == nil || !strings.Contains(err.Error(), "no step permits it") {
+			t.Fatalf("Finish error %v, want the late change named", err)
+		}
+	})
+}
+
+// testOracles checks each oracle both ways: the wrapped-controller and script cases above are the healthy
+// specs (they pass every oracle); here each oracle fails on its bad case, and a 10 writes/s loop is
+// flagged (the time it took is logged).
+func testOracles(t *testing.T, s *Suite) {
+	probe := func(name string, body func(c *Case)) *probeTB {
+		p := &probeTB{name: name}
+		c := s.NewCase(p)
+		body(c)
+		p.runCleanups()
+		return p
+	}
+	t.Run("hot loop at 10 writes/s", func(t *testing.T) {
+		var flagged time.Duration
+		p := probe("ticker", func(c *Case) {
+			c.OptOut(Convergence, "the ticker writes until the spec ends")
+			w := s.recordingClient(s.Client, "ticker", "")
+			obj := cm("ticking", false)
+			if err := c.Create(obj); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			tick := time.NewTicker(100 * time.Millisecond)
+			defer tick.Stop()
+			for i := 0; len(s.rec.hotLoopsIn(c.Namespace, c.Started)) == 0 && i < 50; i++ {
+				<-tick.C
+				patch := client.MergeFrom(obj.DeepCopy())
+				obj.Data = map[string]string{"i": strconv.Itoa(i)}
+				if err := w.Patch(context.Background(), obj, patch); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if h := s.rec.hotLoopsIn(c.Namespace, c.Started); len(h) > 0 {
+				flagged = h[0].At.Sub(start)
+			}
+		})
+		if flagged == 0 {
+			t.Fatal("a 10 writes/s loop over 5 s was never flagged")
+		}
+		t.Logf("hot-loop oracle flagged a 10 writes/s loop %s after its first write", flagged.Round(time.Millisecond))
+		if msg := strings.Join(p.errors, "\n"); !strings.Contains(msg, "oracle hot-loop: ConfigMap/ticking") || !strings.Contains(msg, "data.i") {
+			t.Fatalf("cleanup errors %q, want the hot loop named with its field", p.errors)
+		}
+	})
+	t.Run("hot loop of a controller answering its own writes", func(t *testing.T) {
+		p := probe("looper", func(c *Case) {
+			c.OptOut(Convergence, "the looper never stops")
+			if err := c.Create(cm("spin", true)); err != nil {
+				t.Fatal(err)
+			}
+			NewWithT(t).Eventually(func() int { return len(s.rec.hotLoopsIn(c.Namespace, c.Started)) }).WithTimeout(10 * time.Second).Should(Equal(1))
+		})
+		if msg := strings.Join(p.errors, "\n"); !strings.Contains(msg, "ConfigMap/spin was written") || !strings.Contains(msg, "op/looper patch") {
+			t.Fatalf("cleanup errors %q, want the looper named", p.errors)
+		}
+	})
+	t.Run("shared field", func(t *testing.T) {
+		apply := func(c *Case, owner string) {
+			u := &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+				ObjectMeta: metav1.ObjectMeta{Name: "shared", Namespace: c.Namespace}, Data: map[string]string{"k": "v"}}
+			if err := s.Client.Patch(context.Background(), u, client.Apply, client.FieldOwner(owner), client.ForceOwnership); err != nil {
+				t.Fatal(err)
+			}
+		}
+		p := probe("shared", func(c *Case) {
+			apply(c, "alpha")
+			apply(c, "beta")
+			c.RequireQuiescent(300*time.Millisecond, 10*time.Second)
+		})
+		if msg := strings.Join(p.errors, "\n"); !strings.Contains(msg, "ConfigMap/shared field data.k is owned by field managers alpha and beta") {
+			t.Fatalf("cleanup errors %q, want data.k and both managers named", p.errors)
+		}
+		p = probe("shared-declared", func(c *Case) {
+			apply(c, "alpha")
+			apply(c, "beta")
+			c.AllowSharedField("ConfigMap", "shared", "data.k", "both appliers set the same value on purpose")
+			c.RequireQuiescent(300*time.Millisecond, 10*time.Second)
+		})
+		if p.Failed() {
+			t.Fatalf("a declared shared field failed the case: %q %q", p.fatals, p.errors)
+		}
+	})
+	t.Run("convergence", func(t *testing.T) {
+		p := probe("never-quiet", func(c *Case) {
+			c.OptOut(HotLoop, "the looper is the point: convergence must fail on it")
+			if err := c.Create(cm("spin", true)); err != nil {
+				t.Fatal(err)
+			}
+		})
+		if msg := strings.Join(p.errors, "\n"); !strings.Contains(msg, "oracle convergence") || !strings.Contains(msg, "not quiescent") {
+			t.Fatalf("cleanup errors %q, want a namespace that never went quiet", p.errors)
+		}
+		p = probe("never-reconciled", func(c *Case) {})
+		if msg := strings.Join(p.errors, "\n"); !strings.Contains(msg, "no controller ever ran a reconcile pass") {
+			t.Fatalf("cleanup errors %q, want a namespace no controller reconciled", p.errors)
+		}
+		p = probe("opted-out", func(c *Case) { c.OptOut(Convergence, "nothing to reconcile here") })
+		if p.Failed() || len(p.reports) != 1 || !strings.Contains(p.reports[0], "nothing to reconcile here") {
+			t.Fatalf("opted out: fatals %q errors %q reports %q, want the reason reported and no failure", p.fatals, p.errors, p.reports)
+		}
+		p = probe("no reason", func(c *Case) { c.OptOut(Convergence, " ") })
+		if len(p.fatals) != 1 || !strings.Contains(p.fatals[0], "without a reason") {
+			t.Fatalf("an opt-out without a reason: fatals %q", p.fatals)
+		}
+	})
+}
