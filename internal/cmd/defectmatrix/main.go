@@ -124,7 +124,7 @@ func run(c config) (Matrix, error) {
 	if err != nil {
 		return m, err
 	}
-	defer os.Remove(r.bin)
+	defer os.RemoveAll(filepath.Dir(r.bin))
 	fmt.Printf("compiling the scenario suite; runs under %s\n", r.dir)
 	if out, err := exec.Command("go", "test", "-c", "-o", r.bin, "./scenarios").CombinedOutput(); err != nil {
 		return m, fmt.Errorf("the scenario suite does not compile: %v\n%s", err, out)
@@ -155,7 +155,7 @@ func run(c config) (Matrix, error) {
 	for _, p := range plans {
 		if !p.Runnable() {
 			m.Rows = append(m.Rows, unjudged(p, missing(p)))
-			fmt.Printf("%s: not run: %s\n", p.ID, missing(p))
+			fmt.Printf("%s: not run: none of its specs is in the suite\n", p.ID)
 			continue
 		}
 		res, err := r.run(p.ID, p.Filter, p.Defects())
@@ -226,8 +226,8 @@ func describe(filter string) string {
 
 // runner runs the compiled suite.
 type runner struct {
-	// bin is the compiled suite; dir holds a directory per run; scenarios is the suite's package directory,
-	// where go test would run it.
+	// bin is the compiled suite, alone in a temporary directory; dir holds a directory per run; scenarios is
+	// the suite's package directory, where go test would run it.
 	bin, dir, scenarios string
 	seed                int64
 	timeout             time.Duration
@@ -255,7 +255,12 @@ func newRunner(c config, seed int64) (runner, error) {
 	if r.dir, err = filepath.Abs(r.dir); err != nil {
 		return r, err
 	}
-	r.bin = filepath.Join(r.dir, "scenarios.test")
+	// The compiled suite goes to a directory of its own, never among the reports CI uploads.
+	bin, err := os.MkdirTemp("", "ensemble-defect-matrix-bin-")
+	if err != nil {
+		return r, err
+	}
+	r.bin = filepath.Join(bin, "scenarios.test")
 	return r, nil
 }
 

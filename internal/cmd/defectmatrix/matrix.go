@@ -27,12 +27,15 @@ type Node struct {
 // Index is the suite's nodes in the dry run's order.
 type Index []Node
 
-// index lists the nodes of a dry run's reports.
+// index lists the nodes of a dry run's reports, each name once (a suite has several "[DeferCleanup (Suite)]").
 func index(reports []types.Report) Index {
 	var out Index
 	for _, r := range reports {
 		for _, sr := range r.SpecReports {
 			n := Node{Name: ginkgoreport.Name(sr), Suite: sr.LeafNodeType != types.NodeTypeIt}
+			if slices.ContainsFunc(out, func(o Node) bool { return o.Name == n.Name }) {
+				continue
+			}
 			if !n.Suite {
 				n.Labels = sr.Labels()
 			}
@@ -150,12 +153,15 @@ func baselineFilter(plans []Plan) string {
 // States maps node names to the state each had in one run (ginkgoreport.Name of each node).
 type States map[string]types.SpecState
 
-// states reads the node states of a run's reports.
+// states reads the node states of a run's reports; of nodes that share a name, a failed one wins.
 func states(reports []types.Report) States {
 	out := States{}
 	for _, r := range reports {
 		for _, sr := range r.SpecReports {
-			out[ginkgoreport.Name(sr)] = sr.State
+			n := ginkgoreport.Name(sr)
+			if prev, ok := out[n]; !ok || verdict(prev) != failed {
+				out[n] = sr.State
+			}
 		}
 	}
 	return out
@@ -312,15 +318,18 @@ func undetected(rows []Row) []string {
 	return out
 }
 
+// specWidth is how many characters of a spec's name the table shows; the JSON file has them whole.
+const specWidth = 60
+
 // table prints the matrix, one row per entry and one line per own spec or other change, columns aligned:
-// ID | default | its specs | flipped? | other specs that flipped.
+// ID | default | its specs | flipped? | other specs that flipped. Spec names longer than specWidth are cut.
 func table(w io.Writer, rows []Row) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "ID\tdefault\tits specs\tflipped?\tother specs that flipped")
 	for _, r := range rows {
 		var specs, flips, others []string
 		for _, s := range r.Specs {
-			specs = append(specs, s.Spec)
+			specs = append(specs, cut(s.Spec, specWidth))
 			switch {
 			case s.Changed:
 				flips = append(flips, fmt.Sprintf("yes: %s -> %s", s.Unflipped, s.Flipped))
@@ -333,7 +342,7 @@ func table(w io.Writer, rows []Row) error {
 			}
 		}
 		for _, c := range r.Others {
-			others = append(others, fmt.Sprintf("%s: %s -> %s", c.Spec, c.Unflipped, c.Flipped))
+			others = append(others, fmt.Sprintf("%s: %s -> %s", cut(c.Spec, specWidth), c.Unflipped, c.Flipped))
 		}
 		switch {
 		case r.Error != "" && len(others) == 0:
@@ -360,6 +369,14 @@ func table(w io.Writer, rows []Row) error {
 		}
 	}
 	return nil
+}
+
+// cut shortens s to n characters, the last three "..." when it is longer.
+func cut(s string, n int) string {
+	if r := []rune(s); len(r) > n {
+		return string(r[:n-3]) + "..."
+	}
+	return s
 }
 
 // at is s[i], or "" past its end.

@@ -246,3 +246,24 @@ func TestSelectEntries(t *testing.T) {
 		t.Errorf("an unknown ID: err = %v", err)
 	}
 }
+
+func TestNodesThatShareANameAreOneAndAFailureWins(t *testing.T) {
+	cleanup := func(st types.SpecState) types.SpecReport { return suiteNode(types.NodeTypeCleanupAfterSuite, st) }
+	reports := []types.Report{{SpecReports: []types.SpecReport{cleanup(P), cleanup(F), cleanup(P)}}}
+	if x := index(reports); len(x) != 1 || x[0].Name != "[DeferCleanup (Suite)]" {
+		t.Errorf("index = %+v, want one [DeferCleanup (Suite)]", x)
+	}
+	if st := states(reports)["[DeferCleanup (Suite)]"]; st != F {
+		t.Errorf("state = %s, want the failed one", st)
+	}
+}
+
+func TestCutKeepsShortNamesWhole(t *testing.T) {
+	long := "multigres a pool scaled 2 -> 3 while pooler registrations are held: the late pooler's role lands in podRoles"
+	if got := cut(long, specWidth); got != "multigres a pool scaled 2 -> 3 while pooler registrations..." || len([]rune(got)) != specWidth {
+		t.Errorf("cut = %q (%d)", got, len([]rune(got)))
+	}
+	if got := cut("multigres is quiet", specWidth); got != "multigres is quiet" {
+		t.Errorf("cut = %q", got)
+	}
+}
