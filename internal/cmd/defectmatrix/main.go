@@ -26,6 +26,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -99,6 +100,16 @@ type Matrix struct {
 	Undetected []string `json:",omitempty"`
 	// Wall is the whole command's wall time.
 	Wall string
+}
+
+// JSON is the matrix as the JSON file holds it: indented, "->" in spec names left as it is.
+func (m Matrix) JSON() []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(m) // a Matrix holds only strings, bools and numbers
+	return b.Bytes()
 }
 
 func run(c config) (Matrix, error) {
@@ -183,12 +194,8 @@ func run(c config) (Matrix, error) {
 	}
 	fmt.Printf("\nwall time %s; each run's suite.json, output.log and failure dumps under %s\n", m.Wall, r.dir)
 	if c.reportDir != "" {
-		b, err := json.MarshalIndent(m, "", "  ")
-		if err != nil {
-			return m, err
-		}
 		p := filepath.Join(c.reportDir, "defect-matrix.json")
-		if err := os.WriteFile(p, append(b, '\n'), 0o644); err != nil {
+		if err := os.WriteFile(p, m.JSON(), 0o644); err != nil {
 			return m, err
 		}
 		fmt.Printf("the matrix as JSON: %s\n", p)

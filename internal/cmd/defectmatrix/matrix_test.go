@@ -267,3 +267,10 @@ func TestCutKeepsShortNamesWhole(t *testing.T) {
 		t.Errorf("cut = %q", got)
 	}
 }
+
+func TestMatrixJSONKeepsArrows(t *testing.T) {
+	m := Matrix{Rows: []Row{{ID: "MG-A", Others: []Change{{Spec: "multigres a pool scaled 2 -> 3", Unflipped: "passed", Flipped: "failed"}}}}}
+	if js := string(m.JSON()); !strings.Contains(js, `"Spec": "multigres a pool scaled 2 -> 3"`) {
+		t.Errorf("JSON =\n%s", js)
+	}
+}
