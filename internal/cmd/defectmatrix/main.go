@@ -211,7 +211,7 @@ func selectEntries(c pins.Catalog, ids []string) (pins.Catalog, error) {
 	}
 	for _, id := range ids {
 		if _, ok := c.Get(id); !ok {
-			return nil, fmt.Errorf("-ids names %q, which is not in the catalog: use some of %s", id, strings.Join(c.IDs(""), ", "))
+			return nil, fmt.Errorf("-ids (make's IDS) names %q, which is not in the catalog: use some of %s", id, strings.Join(c.IDs(""), ", "))
 		}
 	}
 	var out pins.Catalog
