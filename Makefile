@@ -63,6 +63,16 @@ test-race: envtest-assets ## Unit tests, the scenario suite and the KubeRay exam
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -race -count=1 -timeout $(SUITE_TIMEOUT) ./scenarios/
 	cd examples/kuberay && KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -race -count=1 -timeout $(SUITE_TIMEOUT) ./...
 
+# defect-matrix: internal/cmd/defectmatrix flips each catalog entry (pins/catalog.go) in turn and runs its
+# operator's specs; it fails when an entry flips none of its own specs. IDS=ID,ID flips only those entries.
+IDS ?=
+
+.PHONY: defect-matrix
+defect-matrix: envtest-assets ## Flip each catalog entry in turn and check that its own specs change verdict: the matrix, non-zero when one flips none (IDS=ID,ID; REPORT_DIR=dir writes defect-matrix.json and each run's report).
+	@$(if $(REPORT_DIR),mkdir -p $(REPORT_DIR))
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) run ./internal/cmd/defectmatrix -timeout $(SUITE_TIMEOUT) \
+	  $(if $(IDS),-ids "$(IDS)") $(if $(REPORT_DIR),-report-dir $(abspath $(REPORT_DIR)))
+
 # make bisect and make flake read GOOD, BAD, FOCUS, N and LABELS from make's command line (or the environment),
 # which make passes to the scripts as they are, quotes and spaces included. A missing one ends in one line.
 BISECT_NEEDS_GOOD = make bisect: pass GOOD=<rev>, a commit at which the FOCUS specs pass, and FOCUS=<spec regexp>, e.g. make bisect GOOD=HEAD~20 FOCUS='becomes Healthy'

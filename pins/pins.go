@@ -34,7 +34,9 @@ type Defect struct {
 	Source string
 	// Default is the state a run uses unless ENSEMBLE_DEFECTS overrides it.
 	Default State
-	// Specs names the scenario spec(s) that pin (live) or assert (fixed) the defect.
+	// Specs names the scenario spec(s) that pin (live) or assert (fixed) the defect: a spec's full text (its
+	// containers' texts and its own, joined by spaces), or "AfterSuite: <what it checks>" for the suite's
+	// AfterSuite node. `make defect-matrix` flips the defect and checks that one of them changes verdict.
 	Specs []string
 	// Retire says when the entry leaves the catalog.
 	Retire string

@@ -13,7 +13,6 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -26,6 +25,8 @@ import (
 	"time"
 
 	"github.com/onsi/ginkgo/v2/types"
+
+	"github.com/ensembletest/ensemble/internal/ginkgoreport"
 )
 
 func main() {
@@ -40,7 +41,7 @@ func main() {
 			usage()
 		}
 		var reports []types.Report
-		if reports, err = read(args[0]); err == nil {
+		if reports, err = ginkgoreport.Read(args[0]); err == nil {
 			fmt.Println(ran(reports))
 		}
 	case "failures":
@@ -51,7 +52,7 @@ func main() {
 			usage()
 		}
 		var reports []types.Report
-		if reports, err = read(fs.Arg(0)); err == nil && failures(os.Stdout, reports, *root, 60) == 0 {
+		if reports, err = ginkgoreport.Read(fs.Arg(0)); err == nil && failures(os.Stdout, reports, *root, 60) == 0 {
 			code = 1
 		}
 	case "summary":
@@ -61,7 +62,7 @@ func main() {
 		var runs [][]types.Report
 		for _, f := range args {
 			var r []types.Report
-			if r, err = read(f); err != nil {
+			if r, err = ginkgoreport.Read(f); err != nil {
 				break
 			}
 			runs = append(runs, r)
@@ -84,19 +85,6 @@ func usage() {
 	os.Exit(2)
 }
 
-// read parses a Ginkgo JSON report: an array of suite reports.
-func read(path string) ([]types.Report, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var reports []types.Report
-	if err := json.Unmarshal(b, &reports); err != nil {
-		return nil, fmt.Errorf("%s is not a Ginkgo JSON report: %w", path, err)
-	}
-	return reports, nil
-}
-
 // ran counts the It specs that ran.
 func ran(reports []types.Report) int {
 	n := 0
@@ -108,14 +96,6 @@ func ran(reports []types.Report) int {
 		}
 	}
 	return n
-}
-
-// name is a spec's full text, or its node type in brackets for a suite node ("[BeforeSuite]").
-func name(sr types.SpecReport) string {
-	if sr.LeafNodeType != types.NodeTypeIt {
-		return "[" + sr.LeafNodeType.String() + "]"
-	}
-	return sr.FullText()
 }
 
 // dumpLine is what suite.Case logs when it writes a failure dump.
@@ -131,7 +111,7 @@ func failures(w io.Writer, reports []types.Report, root string, maxLines int) in
 				continue
 			}
 			n++
-			fmt.Fprintf(w, "%s %s\n", strings.ToUpper(sr.State.String()), name(sr))
+			fmt.Fprintf(w, "%s %s\n", strings.ToUpper(sr.State.String()), ginkgoreport.Name(sr))
 			fmt.Fprintf(w, "  spec at   %s\n", loc(sr.LeafNodeLocation, root))
 			if sr.Failure.FailureNodeType != types.NodeTypeInvalid && sr.Failure.FailureNodeType != sr.LeafNodeType {
 				fmt.Fprintf(w, "  in its    %s at %s\n", sr.Failure.FailureNodeType, loc(sr.Failure.FailureNodeLocation, root))
@@ -220,7 +200,7 @@ func timings(runs [][]types.Report) []timing {
 				default:
 					continue
 				}
-				n := name(sr)
+				n := ginkgoreport.Name(sr)
 				t := byName[n]
 				if t == nil {
 					t = &timing{name: n}

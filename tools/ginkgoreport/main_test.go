@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/onsi/ginkgo/v2/types"
+
+	"github.com/ensembletest/ensemble/internal/ginkgoreport"
 )
 
 // spec fabricates an It's report.
@@ -52,7 +54,7 @@ func TestSummaryTable(t *testing.T) {
 			spec("multigres", "becomes Healthy", types.SpecStatePassed, ms[1]),
 			spec("harness", "quiet", types.SpecStatePassed, ms[2]),
 			spec("matrixone", "not focused", types.SpecStateSkipped, 0))
-		r, err := read(p)
+		r, err := ginkgoreport.Read(p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -112,7 +114,7 @@ func TestFailuresNameSpecMessageLocationAndDump(t *testing.T) {
 		FailureNodeType: types.NodeTypeIt, FailureNodeLocation: bad.LeafNodeLocation}
 	bad.CapturedGinkgoWriterOutput = "suite: failure dump of case-1 written to /tmp/a/multigres-case-1\nobjects: 3\n"
 	p := writeRun(t, dir, 1, spec("harness", "quiet", types.SpecStatePassed, 5), bad)
-	reports, err := read(p)
+	reports, err := ginkgoreport.Read(p)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,15 +130,5 @@ func TestFailuresNameSpecMessageLocationAndDump(t *testing.T) {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("failures output lacks %q:\n%s", s, out.String())
 		}
-	}
-}
-
-func TestReadRefusesWhatIsNotAReport(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "x.json")
-	if err := os.WriteFile(p, []byte("{not json"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := read(p); err == nil || !strings.Contains(err.Error(), "not a Ginkgo JSON report") {
-		t.Fatalf("err = %v", err)
 	}
 }

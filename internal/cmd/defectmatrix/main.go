@@ -1,0 +1,361 @@
+// Command defectmatrix checks that the scenario suite detects every defect of the catalog (pins.Default):
+// it flips each entry in turn to the opposite of its default and reports whether the entry's own specs change
+// verdict (a pin says "appears fixed" and fails, a positive assertion fails) and which other specs do.
+//
+// Usage (from the module root, with KUBEBUILDER_ASSETS set; `make defect-matrix` does both):
+//
+//	go run ./internal/cmd/defectmatrix [-ids ID,ID] [-operators multigres,matrixone] [-report-dir DIR] [-seed N] [-timeout 20m]
+//
+// It compiles the suite once and runs it:
+//
+//  1. A dry run with a JSON report: the suite's specs and their labels. A catalog spec is a spec's full text
+//     (its containers' texts and its own, joined by spaces) or "AfterSuite: what it checks" for the suite's
+//     AfterSuite node. An entry none of whose specs is in the suite is an error line, and has no run.
+//  2. The baseline: one run with every default, of the specs the entries' runs select. A spec failing there
+//     is "failing unflipped" in the table, never counted as flipped.
+//  3. Per entry, one run with ENSEMBLE_DEFECTS=ID=live (or =fixed) of the specs labelled with the operators
+//     its specs belong to (the -operators labels they carry; the whole suite when one carries none).
+//
+// Every run uses the same -ginkgo.seed, so specs run in the same order. The table has a row per entry:
+// ID | default | its specs | flipped? | other specs that flipped. With -report-dir the matrix is also written
+// as DIR/defect-matrix.json, and the runs (suite.json, output.log, failure dumps) go under
+// DIR/defect-matrix/; without it they go to a new temporary directory, which is kept and named.
+//
+// Exit 1: an entry flips none of its own specs (each is named, with why); exit 2: the matrix could not be
+// made (bad flags, the suite does not compile, a dry run or baseline without a report).
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/onsi/ginkgo/v2/types"
+
+	"github.com/ensembletest/ensemble/internal/ginkgoreport"
+	"github.com/ensembletest/ensemble/pins"
+)
+
+// config is the command line.
+type config struct {
+	ids, operators []string
+	reportDir      string
+	seed           int64
+	timeout        time.Duration
+}
+
+func main() {
+	var c config
+	var ids, operators string
+	flag.StringVar(&ids, "ids", "", "comma-separated catalog IDs to flip (default: every entry)")
+	flag.StringVar(&operators, "operators", "multigres,matrixone", "comma-separated Ginkgo labels that name an operator")
+	flag.StringVar(&c.reportDir, "report-dir", "", "write defect-matrix.json and the runs' reports, outputs and dumps here")
+	flag.Int64Var(&c.seed, "seed", 0, "Ginkgo random seed of every run (0: one from the clock)")
+	flag.DurationVar(&c.timeout, "timeout", 20*time.Minute, "each run's -test.timeout")
+	flag.Parse()
+	c.ids, c.operators = split(ids), split(operators)
+	matrix, err := run(c)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "defect-matrix: %v\n", err)
+		os.Exit(2)
+	}
+	if len(matrix.Undetected) > 0 {
+		fmt.Printf("\n%d of %s flip none of their own specs: %s\n", len(matrix.Undetected), count(len(matrix.Rows), "entry", "entries"), strings.Join(matrix.Undetected, ", "))
+		os.Exit(1)
+	}
+	fmt.Printf("\nevery entry flips one of its own specs (%s)\n", count(len(matrix.Rows), "entry", "entries"))
+}
+
+// split is a comma-separated list without empty items.
+func split(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// Matrix is the result, as the JSON file holds it.
+type Matrix struct {
+	// Seed is the Ginkgo random seed of every run.
+	Seed int64
+	// Baseline is the label filter of the unflipped run ("" for the whole suite).
+	Baseline string
+	// BaselineFailures are the nodes that failed with every default.
+	BaselineFailures []string `json:",omitempty"`
+	Rows             []Row
+	// Undetected are the entries that flip none of their own specs, as "ID (why)".
+	Undetected []string `json:",omitempty"`
+	// Wall is the whole command's wall time.
+	Wall string
+}
+
+// JSON is the matrix as the JSON file holds it: indented, "->" in spec names left as it is.
+func (m Matrix) JSON() []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(m) // a Matrix holds only strings, bools and numbers
+	return b.Bytes()
+}
+
+func run(c config) (Matrix, error) {
+	start := time.Now()
+	m := Matrix{Seed: c.seed}
+	if v, ok := os.LookupEnv(pins.EnvVar); ok && v != "" {
+		return m, fmt.Errorf("%s=%s is set: unset it, the matrix flips each entry from its catalog default itself", pins.EnvVar, v)
+	}
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		return m, errors.New("KUBEBUILDER_ASSETS is not set: run `make defect-matrix`, or set it to $(tools/envtest/build.sh --dir)")
+	}
+	if len(c.operators) == 0 {
+		return m, errors.New("-operators is empty: pass the labels that name an operator, e.g. -operators multigres,matrixone")
+	}
+	catalog, err := selectEntries(pins.Default, c.ids)
+	if err != nil {
+		return m, err
+	}
+	if m.Seed == 0 {
+		m.Seed = time.Now().Unix()
+	}
+	r, err := newRunner(c, m.Seed)
+	if err != nil {
+		return m, err
+	}
+	defer os.RemoveAll(filepath.Dir(r.bin))
+	fmt.Printf("compiling the scenario suite; runs under %s\n", r.dir)
+	if out, err := exec.Command("go", "test", "-c", "-o", r.bin, "./scenarios").CombinedOutput(); err != nil {
+		return m, fmt.Errorf("the scenario suite does not compile: %v\n%s", err, out)
+	}
+
+	dry, err := r.dryRun()
+	if err != nil {
+		return m, err
+	}
+	x := index(dry)
+	var plans []Plan
+	for _, d := range catalog {
+		plans = append(plans, plan(d, x, c.operators))
+	}
+	m.Baseline = baselineFilter(plans)
+	fmt.Printf("%s, seed %d; baseline: every default, label filter %s\n", count(len(plans), "catalog entry", "catalog entries"), m.Seed, describe(m.Baseline))
+	base, err := r.run("baseline", m.Baseline, "")
+	if err != nil {
+		return m, fmt.Errorf("the baseline run: %w", err)
+	}
+	baseStates := states(base.reports)
+	for _, n := range x {
+		if verdict(baseStates[n.Name]) == failed {
+			m.BaselineFailures = append(m.BaselineFailures, n.Name)
+		}
+	}
+	fmt.Printf("baseline: %s\n", base.summary())
+	for _, p := range plans {
+		if !p.Runnable() {
+			m.Rows = append(m.Rows, unjudged(p, missing(p)))
+			fmt.Printf("%s: not run: none of its specs is in the suite\n", p.ID)
+			continue
+		}
+		res, err := r.run(p.ID, p.Filter, p.Defects())
+		if err != nil {
+			m.Rows = append(m.Rows, unjudged(p, err.Error()))
+			fmt.Printf("%s=%s: %v\n", p.ID, p.Flip, err)
+			continue
+		}
+		row, err := judge(p, x, baseStates, states(res.reports))
+		if err != nil {
+			return m, err
+		}
+		m.Rows = append(m.Rows, row)
+		fmt.Printf("%s=%s (label filter %s): %s\n", p.ID, p.Flip, describe(p.Filter), res.summary())
+	}
+	m.Undetected = undetected(m.Rows)
+	m.Wall = time.Since(start).Round(time.Second).String()
+
+	fmt.Println()
+	if len(m.BaselineFailures) > 0 {
+		fmt.Printf("failing with every default (not counted as flipped): %s\n\n", strings.Join(m.BaselineFailures, "; "))
+	}
+	if err := table(os.Stdout, m.Rows); err != nil {
+		return m, err
+	}
+	fmt.Printf("\nwall time %s; each run's suite.json, output.log and failure dumps under %s\n", m.Wall, r.dir)
+	if c.reportDir != "" {
+		p := filepath.Join(c.reportDir, "defect-matrix.json")
+		if err := os.WriteFile(p, m.JSON(), 0o644); err != nil {
+			return m, err
+		}
+		fmt.Printf("the matrix as JSON: %s\n", p)
+	}
+	return m, nil
+}
+
+// selectEntries is the catalog, or its entries named in ids (in the catalog's order). Errors: an ID the
+// catalog does not hold.
+func selectEntries(c pins.Catalog, ids []string) (pins.Catalog, error) {
+	if len(ids) == 0 {
+		return c, nil
+	}
+	for _, id := range ids {
+		if _, ok := c.Get(id); !ok {
+			return nil, fmt.Errorf("-ids (make's IDS) names %q, which is not in the catalog: use some of %s", id, strings.Join(c.IDs(""), ", "))
+		}
+	}
+	var out pins.Catalog
+	for _, d := range c {
+		if slices.Contains(ids, d.ID) {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+// describe prints a label filter, "none (the whole suite)" for "".
+func describe(filter string) string {
+	if filter == "" {
+		return "none (the whole suite)"
+	}
+	return fmt.Sprintf("%q", filter)
+}
+
+// runner runs the compiled suite.
+type runner struct {
+	// bin is the compiled suite, alone in a temporary directory; dir holds a directory per run; scenarios is
+	// the suite's package directory, where go test would run it.
+	bin, dir, scenarios string
+	seed                int64
+	timeout             time.Duration
+}
+
+// newRunner makes the directory the runs go to: -report-dir's defect-matrix/, or a new temporary one.
+func newRunner(c config, seed int64) (runner, error) {
+	r := runner{seed: seed, timeout: c.timeout}
+	var err error
+	if r.scenarios, err = filepath.Abs("scenarios"); err != nil {
+		return r, err
+	}
+	if _, err := os.Stat(filepath.Join(r.scenarios, "suite_test.go")); err != nil {
+		return r, fmt.Errorf("run from the module root (no scenarios/suite_test.go here): %w", err)
+	}
+	if c.reportDir != "" {
+		r.dir = filepath.Join(c.reportDir, "defect-matrix")
+		err = os.MkdirAll(r.dir, 0o755)
+	} else {
+		r.dir, err = os.MkdirTemp("", "ensemble-defect-matrix-")
+	}
+	if err != nil {
+		return r, err
+	}
+	if r.dir, err = filepath.Abs(r.dir); err != nil {
+		return r, err
+	}
+	// The compiled suite goes to a directory of its own, never among the reports CI uploads.
+	bin, err := os.MkdirTemp("", "ensemble-defect-matrix-bin-")
+	if err != nil {
+		return r, err
+	}
+	r.bin = filepath.Join(bin, "scenarios.test")
+	return r, nil
+}
+
+// dryRun lists the suite's specs without running any: a -ginkgo.dry-run report.
+func (r runner) dryRun() ([]types.Report, error) {
+	report := filepath.Join(r.dir, "dry-run.json")
+	cmd := exec.Command(r.bin, "-ginkgo.dry-run", "-ginkgo.no-color", "-ginkgo.json-report="+report)
+	cmd.Dir = r.scenarios
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("the suite's dry run: %v\n%s", err, out)
+	}
+	return ginkgoreport.Read(report)
+}
+
+// result is one run of the suite.
+type result struct {
+	reports []types.Report
+	took    time.Duration
+	code    int
+}
+
+// summary says how long the run took and how many of its specs passed and failed.
+func (res result) summary() string {
+	ran, bad := 0, 0
+	for _, r := range res.reports {
+		for _, sr := range r.SpecReports {
+			if sr.LeafNodeType == types.NodeTypeIt && verdict(sr.State) != notRun {
+				ran++
+			}
+			if sr.Failed() {
+				bad++
+			}
+		}
+	}
+	return fmt.Sprintf("%s, %s ran, %s failed (exit %d)", res.took.Round(time.Second), count(ran, "spec", "specs"), count(bad, "node", "nodes"), res.code)
+}
+
+// count prints n with the singular or plural noun.
+func count(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return fmt.Sprintf("%d %s", n, many)
+}
+
+// run runs the suite's specs filter selects ("" for all) with ENSEMBLE_DEFECTS=defects, into dir/name/:
+// suite.json, output.log, artifacts/. A failing suite is a result; an error is a run that wrote no report.
+func (r runner) run(name, filter, defects string) (result, error) {
+	dir := filepath.Join(r.dir, name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return result{}, err
+	}
+	report, logPath := filepath.Join(dir, "suite.json"), filepath.Join(dir, "output.log")
+	_ = os.Remove(report)
+	log, err := os.Create(logPath)
+	if err != nil {
+		return result{}, err
+	}
+	defer log.Close()
+	args := []string{"-test.v", "-test.timeout=" + r.timeout.String(), "-ginkgo.v", "-ginkgo.no-color",
+		fmt.Sprintf("-ginkgo.seed=%d", r.seed), "-ginkgo.json-report=" + report}
+	if filter != "" {
+		args = append(args, "-ginkgo.label-filter="+filter, "-ginkgo.fail-on-empty")
+	}
+	// -test.timeout ends the binary (and the control plane it started); the deadline a minute later ends
+	// its whole process group should that fail.
+	ctx, cancel := context.WithTimeout(context.Background(), r.timeout+time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, r.bin, args...)
+	cmd.Dir = r.scenarios
+	cmd.Env = append(os.Environ(), pins.EnvVar+"="+defects, "ENSEMBLE_ARTIFACTS="+filepath.Join(dir, "artifacts"))
+	cmd.Stdout, cmd.Stderr = log, log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	cmd.WaitDelay = 10 * time.Second
+	began := time.Now()
+	err = cmd.Run()
+	res := result{took: time.Since(began)}
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &exit):
+		res.code = exit.ExitCode()
+	default:
+		return res, fmt.Errorf("running the suite: %w", err)
+	}
+	if res.reports, err = ginkgoreport.Read(report); err != nil {
+		return res, fmt.Errorf("the run wrote no JSON report (exit %d, %s): its output is %s", res.code, res.took.Round(time.Second), logPath)
+	}
+	return res, nil
+}

@@ -1,0 +1,34 @@
+// Package ginkgoreport reads Ginkgo JSON reports (-ginkgo.json-report=FILE) and names their nodes, for the
+// tools that run the scenario suite and judge its runs (tools/ginkgoreport, internal/cmd/defectmatrix).
+package ginkgoreport
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+
+	"github.com/onsi/ginkgo/v2/types"
+)
+
+// Read parses the Ginkgo JSON report at path: an array of suite reports. Errors: the file cannot be read, or
+// it is not such an array.
+func Read(path string) ([]types.Report, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var reports []types.Report
+	if err := json.Unmarshal(b, &reports); err != nil {
+		return nil, fmt.Errorf("%s is not a Ginkgo JSON report: %w", path, err)
+	}
+	return reports, nil
+}
+
+// Name is a spec's full text (its containers' texts and its own, joined by spaces), or its node type in
+// brackets for a suite node ("[BeforeSuite]", "[AfterSuite]").
+func Name(sr types.SpecReport) string {
+	if sr.LeafNodeType != types.NodeTypeIt {
+		return "[" + sr.LeafNodeType.String() + "]"
+	}
+	return sr.FullText()
+}
