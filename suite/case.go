@@ -51,6 +51,8 @@ type Case struct {
 	invariants []*invariant
 	admitted   bool
 	after      []func()
+	// marks are the failures noted for the case's timeline (see mark).
+	marks []mark
 }
 
 // CaseOption changes how NewCase sets a case up.
