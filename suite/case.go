@@ -151,6 +151,7 @@ func (c *Case) RequireQuiescent(window, timeout time.Duration, opts ...QuietOpti
 	c.t.Helper()
 	took, err := c.Quiescent(window, timeout, opts...)
 	if err != nil {
+		c.mark("RequireQuiescent: " + err.Error())
 		c.t.Fatalf("%v", err)
 	}
 	return took
@@ -194,18 +195,22 @@ func (c *Case) namespaced(obj client.Object) bool {
 	return err != nil || ok
 }
 
-// cleanup dumps on failure, empties the namespace while the operators can still release their finalizers
-// (deletion hygiene: what is still there after Options.CleanupTimeout fails the spec, named with its
-// finalizers, and has its finalizers removed), hands the namespace to the namespace controller when
-// kube-controller-manager runs one, runs the AfterCleanup functions and closes the gate.
+// cleanup dumps on failure (with the case's timeline), empties the namespace while the operators can still
+// release their finalizers (deletion hygiene: what is still there after Options.CleanupTimeout fails the
+// spec, named with its finalizers, and has its finalizers removed), hands the namespace to the namespace
+// controller when kube-controller-manager runs one, runs the AfterCleanup functions and closes the gate. A
+// passing spec whose name ENSEMBLE_TIMELINE selects gets its timeline too.
 func (c *Case) cleanup() {
+	at := time.Now()
 	c.stopInvariants()
 	if err := c.invariantErrors(); err != "" {
 		c.t.Errorf("%s", err)
 	}
 	dumped := c.t.Failed()
 	if dumped {
-		c.writeDump()
+		c.writeDump(at)
+	} else if c.s.timelineFor != nil && c.s.timelineFor.MatchString(c.t.Name()) {
+		c.t.Logf("suite: %s (ENSEMBLE_TIMELINE, namespace %s)", c.writeCaseTimeline(at), c.Namespace)
 	}
 	defer func() {
 		c.mu.Lock()
@@ -219,22 +224,28 @@ func (c *Case) cleanup() {
 		defer c.s.gate.close(c.Namespace)
 	}
 	if held := c.empty(); len(held) > 0 {
-		c.t.Errorf("suite: deletion hygiene: %d objects of %s were still there %s after the spec (their finalizers were then removed):\n%s",
+		msg := fmt.Sprintf("suite: deletion hygiene: %d objects of %s were still there %s after the spec (their finalizers were then removed):\n%s",
 			len(held), c.Namespace, c.s.cleanupTimeout, indent(held))
-		if !dumped {
-			c.writeDump()
+		c.mark(msg)
+		c.t.Errorf("%s", msg)
+		if dumped {
+			c.t.Logf("suite: %s (rewritten with the deletion hygiene failure of %s)", c.writeCaseTimeline(at), c.Namespace)
+		} else {
+			c.writeDump(at)
 		}
 	}
 	c.s.deleteNamespace(c.Namespace, c.t.Name())
 }
 
-// writeDump writes the case's failure dump and logs where.
-func (c *Case) writeDump() {
-	if path, summary, err := c.s.dump(c.Namespace, c.t.Name(), c.Started); err == nil {
-		c.t.Logf("suite: failure dump of %s written to %s\n%s", c.Namespace, path, summary)
-	} else {
+// writeDump writes the case's failure dump and its timeline, and logs where. at is when the cleanup began:
+// the time of the timeline's failure mark when the spec noted none.
+func (c *Case) writeDump(at time.Time) {
+	path, summary, err := c.s.dump(c.Namespace, c.t.Name(), c.Started)
+	if err != nil {
 		c.t.Logf("suite: failure dump of %s failed: %v", c.Namespace, err)
+		return
 	}
+	c.t.Logf("suite: failure dump of %s written to %s; %s\n%s", c.Namespace, path, c.writeCaseTimeline(at), summary)
 }
 
 // empty deletes the watched objects left in the namespace and waits (Options.CleanupTimeout) for them to

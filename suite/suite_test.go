@@ -37,14 +37,14 @@ func TestKnownDefectVerdicts(t *testing.T) {
 		p := &probeTB{}
 		var kept string
 		long := "flapped 4 times\n" + strings.Repeat("a change\n", 10000)
-		knownDefect(p, cat, "X-1", func() error { return errors.New(long) }, func(ref, full string) string { kept = full; return "/artifacts/pin-X-1.txt" })
+		knownDefect(p, cat, "X-1", func() error { return errors.New(long) }, func(ref, full string) string { kept = full; return "/artifacts/pin-X-1.txt" }, nil)
 		if len(p.reports) != 1 || p.reports[0] != "KnownDefect X-1: X-1 still present: flapped 4 times (evidence: /artifacts/pin-X-1.txt)" || kept != long {
 			t.Fatalf("reports = %q (kept %d bytes): want one short line naming the evidence file, and the whole evidence kept", p.reports, len(kept))
 		}
 	})
 	t.Run("no catalog", func(t *testing.T) {
 		p := &probeTB{}
-		knownDefect(p, nil, "MG-NOPE", func() error { return errors.New("x") }, nil)
+		knownDefect(p, nil, "MG-NOPE", func() error { return errors.New("x") }, nil, nil)
 		if len(p.fatals) != 1 || !strings.Contains(p.fatals[0], "Options.Pins is not set") {
 			t.Fatalf("fatals = %q: a pin checked against no catalog must fail", p.fatals)
 		}
@@ -52,15 +52,22 @@ func TestKnownDefectVerdicts(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			p := &probeTB{}
-			knownDefect(p, cat, tc.ref, func() error { return tc.err }, nil)
+			var marked []string
+			knownDefect(p, cat, tc.ref, func() error { return tc.err }, nil, func(msg string) { marked = append(marked, msg) })
 			if tc.wantFatal != "" {
 				if len(p.fatals) != 1 || !strings.Contains(p.fatals[0], tc.wantFatal) {
 					t.Fatalf("fatals = %q, want one containing %q", p.fatals, tc.wantFatal)
+				}
+				if len(marked) != 1 || marked[0] != p.fatals[0] {
+					t.Fatalf("marked = %q, want the failing verdict %q marked for the timeline", marked, p.fatals[0])
 				}
 				return
 			}
 			if p.Failed() || len(p.reports) != 1 || !strings.Contains(p.reports[0], tc.wantLog) {
 				t.Fatalf("failed=%v reports=%q, want a passing pin reporting %q", p.Failed(), p.reports, tc.wantLog)
+			}
+			if len(marked) != 0 {
+				t.Fatalf("marked = %q: a pin still present is no failure", marked)
 			}
 		})
 	}
@@ -113,8 +120,12 @@ func TestBootRejectsBadInput(t *testing.T) {
 		"duplicate name":  {Options{Scheme: newScheme(), Managers: []ManagerOptions{{Name: "a", Register: noop}, {Name: "a", Register: noop}}}, `both named "a"`},
 		"no binaries":     {Options{Scheme: newScheme()}, "make envtest-assets"},
 		"wrong CRD path":  {Options{Scheme: newScheme(), CRDDirectoryPaths: []string{"operators/nope/config/crd"}}, "does not exist"},
+		"bad timeline":    {Options{Scheme: newScheme()}, "ENSEMBLE_TIMELINE=\"[\" is neither 1 nor a regexp"},
 	} {
 		t.Run(name, func(t *testing.T) {
+			if name == "bad timeline" {
+				t.Setenv("ENSEMBLE_TIMELINE", "[")
+			}
 			if name == "wrong CRD path" {
 				t.Setenv("KUBEBUILDER_ASSETS", fakeAssets(t))
 			}

@@ -65,8 +65,8 @@ func timelineFilter(v string) (*regexp.Regexp, error) {
 	return re, nil
 }
 
-// writeCaseTimeline writes the case's timeline with its marks (see failureMarks) and returns the paths, or
-// an error's text in their place.
+// writeCaseTimeline writes the case's timeline with its marks (see failureMarks) and returns "timeline
+// <page>, trace-event JSON (Perfetto) <trace>" for a log line, or the error's text.
 func (c *Case) writeCaseTimeline(at time.Time) string {
 	h, tr, err := c.s.writeTimeline(c.Namespace, c.t.Name(), c.Started, c.failureMarks(at))
 	if err != nil {

@@ -301,3 +301,28 @@ func TestTimelineFilter(t *testing.T) {
 		}
 	}
 }
+
+// TestCaseMarks: a failure noted twice is kept once, an invariant's violation is marked at its own time,
+// and a failed spec with no mark gets one at the cleanup's time.
+func TestCaseMarks(t *testing.T) {
+	s, t0, _ := timelineHistory(t)
+	p := &probeTB{name: "marks"}
+	c := &Case{Namespace: timelineNS, t: p, s: s}
+	at := t0.Add(time.Second)
+	if m := c.failureMarks(at); len(m) != 0 {
+		t.Fatalf("a passing spec with no mark has marks %v", m)
+	}
+	p.Errorf("an assertion failed")
+	if m := c.failureMarks(at); len(m) != 1 || !m[0].At.Equal(at) || m[0].What != "the spec failed (see its report)" {
+		t.Fatalf("a failed spec with no mark: %v, want one at the cleanup's time saying so", m)
+	}
+	seen := t0.Add(42 * time.Millisecond)
+	c.invariants = []*invariant{{name: "one owner", first: &violation{Name: "one owner", Err: errors.New("two owners"), Time: seen}}}
+	c.invariantErrors()
+	c.invariantErrors()
+	c.mark("RequireQuiescent: not quiescent")
+	m := c.failureMarks(at)
+	if len(m) != 2 || !m[0].At.Equal(seen) || m[0].What != `invariant "one owner" violated: two owners` || m[1].What != "RequireQuiescent: not quiescent" {
+		t.Fatalf("marks %v: want the violation once at its own time, then the quiescence failure", m)
+	}
+}
