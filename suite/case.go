@@ -203,10 +203,13 @@ func (c *Case) namespaced(obj client.Object) bool {
 func (c *Case) cleanup() {
 	at := time.Now()
 	c.stopInvariants()
+	// Failures are reported last, in one Errorf: under Ginkgo, Errorf ends the cleanup there (GinkgoT's
+	// Errorf panics), and the dump and the namespace's deletion must not be skipped.
+	var failures []string
 	if err := c.invariantErrors(); err != "" {
-		c.t.Errorf("%s", err)
+		failures = append(failures, err)
 	}
-	dumped := c.t.Failed()
+	dumped := c.t.Failed() || len(failures) > 0
 	if dumped {
 		c.writeDump(at)
 	} else if c.s.timelineFor != nil && c.s.timelineFor.MatchString(c.t.Name()) {
@@ -227,7 +230,7 @@ func (c *Case) cleanup() {
 		msg := fmt.Sprintf("suite: deletion hygiene: %d objects of %s were still there %s after the spec (their finalizers were then removed):\n%s",
 			len(held), c.Namespace, c.s.cleanupTimeout, indent(held))
 		c.mark(msg)
-		c.t.Errorf("%s", msg)
+		failures = append(failures, msg)
 		if dumped {
 			c.t.Logf("suite: %s (rewritten with the deletion hygiene failure of %s)", c.writeCaseTimeline(at), c.Namespace)
 		} else {
@@ -235,6 +238,9 @@ func (c *Case) cleanup() {
 		}
 	}
 	c.s.deleteNamespace(c.Namespace, c.t.Name())
+	if len(failures) > 0 {
+		c.t.Errorf("%s", strings.Join(failures, "\n"))
+	}
 }
 
 // writeDump writes the case's failure dump and its timeline, and logs where. at is when the cleanup began:

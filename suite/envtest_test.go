@@ -355,21 +355,30 @@ func testRequestedTimeline(t *testing.T, s *Suite) {
 }
 
 // testDeletionHygiene: an object whose finalizer nobody removes fails its spec at cleanup, named with the
-// finalizer; the case's namespace is then handed to the real namespace controller, which removes it.
+// finalizer; the case's namespace is then handed to the real namespace controller, which removes it. The
+// test double fails as GinkgoT does (Errorf panics), and the case also has a violated invariant: the
+// cleanup must still dump, with both failures marked on the timeline, and still delete the namespace.
 func testDeletionHygiene(t *testing.T, s *Suite) {
-	p := &probeTB{name: "hygiene"}
+	p := &probeTB{name: "hygiene", ginkgo: true}
 	c := s.NewCase(p)
+	c.Invariant("never holds", func(context.Context, client.Reader, string) error { return errors.New("broken from the start") })
 	stuck := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "stuck", Finalizers: []string{"example.com/never"}}}
 	if err := c.Create(stuck); err != nil {
 		t.Fatal(err)
 	}
 	p.runCleanups()
-	msg := strings.Join(p.errors, "\n")
-	if !strings.Contains(msg, "deletion hygiene") || !strings.Contains(msg, "ConfigMap/stuck (finalizers: example.com/never)") {
-		t.Fatalf("cleanup errors %q, want the held object and its finalizer named", p.errors)
+	if len(p.errors) != 1 {
+		t.Fatalf("cleanup errors %q, want one that reports both failures", p.errors)
 	}
-	if page := timelineLogged(t, p.logs, "failure dump of "+c.Namespace); !strings.Contains(page, "deletion hygiene: 1 objects of "+c.Namespace) {
-		t.Errorf("the timeline does not mark the deletion hygiene failure")
+	msg := p.errors[0]
+	if !strings.Contains(msg, "deletion hygiene") || !strings.Contains(msg, "ConfigMap/stuck (finalizers: example.com/never)") || !strings.Contains(msg, `invariant "never holds" violated`) {
+		t.Fatalf("cleanup error %q, want the violated invariant, the held object and its finalizer named", msg)
+	}
+	page := timelineLogged(t, p.logs, "timeline ")
+	for _, want := range []string{"deletion hygiene: 1 objects of " + c.Namespace, `invariant &#34;never holds&#34; violated: broken from the start`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the timeline rewritten after deletion hygiene does not mark %q", want)
+		}
 	}
 	NewWithT(t).Eventually(func() bool {
 		return apierrors.IsNotFound(s.Client.Get(t.Context(), client.ObjectKey{Name: c.Namespace}, &corev1.Namespace{}))

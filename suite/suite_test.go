@@ -253,12 +253,17 @@ func TestOperatorTimelineUndoesCompression(t *testing.T) {
 
 // probeTB is a TB that records verdicts instead of failing: for testing the harness's own verdicts (a pin
 // both ways, quiescence both ways) without failing the surrounding test. Fatalf and Errorf mark it failed
-// and keep the message; Cleanup functions run on runCleanups.
+// and keep the message; with ginkgo set they then panic, as GinkgoT's do, which ends the function that
+// called them. Cleanup functions run on runCleanups, which recovers those panics.
 type probeTB struct {
 	name                          string
+	ginkgo                        bool
 	fatals, errors, logs, reports []string
 	cleanups                      []func()
 }
+
+// probeFailed is what a ginkgo probeTB panics with.
+type probeFailed struct{}
 
 func (p *probeTB) Context() context.Context { return context.Background() }
 func (p *probeTB) Helper()                  {}
@@ -269,9 +274,15 @@ func (p *probeTB) Logf(format string, args ...any) {
 }
 func (p *probeTB) Errorf(format string, args ...any) {
 	p.errors = append(p.errors, fmt.Sprintf(format, args...))
+	if p.ginkgo {
+		panic(probeFailed{})
+	}
 }
 func (p *probeTB) Fatalf(format string, args ...any) {
 	p.fatals = append(p.fatals, fmt.Sprintf(format, args...))
+	if p.ginkgo {
+		panic(probeFailed{})
+	}
 }
 func (p *probeTB) Failed() bool { return len(p.fatals)+len(p.errors) > 0 }
 func (p *probeTB) AddReportEntryVisibilityAlways(name string, args ...any) {
@@ -280,7 +291,16 @@ func (p *probeTB) AddReportEntryVisibilityAlways(name string, args ...any) {
 
 func (p *probeTB) runCleanups() {
 	for i := len(p.cleanups) - 1; i >= 0; i-- {
-		p.cleanups[i]()
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					if _, ok := r.(probeFailed); !ok {
+						panic(r)
+					}
+				}
+			}()
+			p.cleanups[i]()
+		}()
 	}
 	p.cleanups = nil
 }
