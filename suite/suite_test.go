@@ -13,6 +13,9 @@ import (
 	"github.com/onsi/gomega/types"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 )
 
 type catalog map[string]string
@@ -303,4 +306,31 @@ func (p *probeTB) runCleanups() {
 		}()
 	}
 	p.cleanups = nil
+}
+
+// TestSubresourceCreateKeepsNoResourceVersion: a pods/binding create leaves the pod object as it was, so the
+// recorder must not take the pod's old resourceVersion for the one the write made (a timeline would call the
+// binding a write that changed nothing, FieldWriters would credit it with an earlier change).
+func TestSubresourceCreateKeepsNoResourceVersion(t *testing.T) {
+	scheme := newScheme()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", ResourceVersion: "7"}}
+	base := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme).WithObjects(pod.DeepCopy()).Build(), interceptor.Funcs{
+		SubResourceCreate: func(context.Context, client.Client, string, client.Object, client.Object, ...client.SubResourceCreateOption) error {
+			return nil
+		},
+	})
+	b := newBroadcast()
+	s := &Suite{rec: newRecorder(scheme, b)}
+	c := s.recordingClient(base, "dataplane", "")
+	binding := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}, Target: corev1.ObjectReference{Kind: "Node", Name: "n"}}
+	if err := c.SubResource("binding").Create(t.Context(), pod, binding); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Update(t.Context(), pod); err != nil {
+		t.Fatal(err)
+	}
+	ws := s.rec.writes("ns", WriteFilter{})
+	if len(ws) != 2 || ws[0].Subresource != "binding" || ws[0].ResourceVersion != "" || ws[1].ResourceVersion == "" || ws[1].ResourceVersion == "7" {
+		t.Fatalf("writes %+v: want the binding with no resourceVersion, then the update with the new one", ws)
+	}
 }

@@ -75,8 +75,8 @@ func (c *Case) writeCaseTimeline(at time.Time) string {
 	return "timeline " + h + ", trace-event JSON (Perfetto) " + tr
 }
 
-// The lane of the changes no recorded write made (kube-controller-manager's, the API server's own, a
-// delete's), as FieldWriters names their writer.
+// The lane of the changes no recorded write's resourceVersion matches (kube-controller-manager's, the API
+// server's own, a delete's, a pod binding's), as FieldWriters names their writer.
 const unrecordedLane = "<unrecorded>"
 
 // laneOfCase is the lane of a Case's own writes.
@@ -222,6 +222,8 @@ func (tl *timeline) writeDetails(w laneWrite) []detail {
 		d = append(d, detail{"changed", w.made.describe()})
 	case w.Err == nil && w.ResourceVersion != "":
 		d = append(d, detail{"changed", "no change the event stream saw (bookkeeping only, or a kind it does not watch)"})
+	case w.Err == nil && w.Verb == VerbCreate && w.Subresource != "":
+		d = append(d, detail{"changed", "not known: a subresource create answers with no resourceVersion (its change is in " + unrecordedLane + ")"})
 	}
 	return d
 }
@@ -252,7 +254,7 @@ func (tl *timeline) changeDetails(c Change) []detail {
 		{"change", fmt.Sprintf("#%d %s %s/%s", c.Seq, c.Type, c.Kind, c.Name)},
 		{"at", ms(tl.offset(c.Time))},
 		{"resourceVersion", c.ResourceVersion},
-		{"made by", "no recorded write (kube-controller-manager, the API server, a delete, or a client ensemble does not see)"},
+		{"made by", "no recorded write's resourceVersion: kube-controller-manager, the API server, a delete, a subresource create such as a pod binding, or a client ensemble does not see"},
 		{"changed", c.describe()},
 	}
 }
