@@ -107,7 +107,8 @@ type laneWrite struct {
 	noop bool
 }
 
-// buildTimeline lays out the passes and writes of namespace ns since `since`, and the changes no write made.
+// buildTimeline lays out the passes and writes of namespace ns from `since` to now, and the changes no write
+// made.
 func (s *Suite) buildTimeline(ns, spec string, since time.Time, marks []mark) *timeline {
 	tl := &timeline{spec: spec, ns: ns, since: since, end: since, marks: marks}
 	lanes := map[string]*lane{}
@@ -157,6 +158,8 @@ func (s *Suite) buildTimeline(ns, spec string, since time.Time, marks []mark) *t
 	for _, m := range marks {
 		later(m.At)
 	}
+	// Up to now, so that the quiet end of a spec shows (a quiescence window, a Consistently).
+	later(time.Now())
 	for _, l := range lanes {
 		tl.lanes = append(tl.lanes, l)
 	}
@@ -404,7 +407,8 @@ func firstLine(s string, n int) string {
 //go:embed timeline.html.tmpl
 var timelinePage string
 
-var timelineTemplate = template.Must(template.New("timeline").Parse(timelinePage))
+var timelineTemplate = template.Must(template.New("timeline").
+	Funcs(template.FuncMap{"sub100": func(x float64) float64 { return 100 - x }}).Parse(timelinePage))
 
 // The page's data: positions are percentages of the time axis.
 type (
@@ -479,7 +483,8 @@ func (tl *timeline) html() ([]byte, error) {
 		}
 		d.Lanes = append(d.Lanes, pl)
 	}
-	d.Counts = fmt.Sprintf("%d writes, %d rejected, %d passes, %d gated, %d unrecorded changes, %d failures", nw, nr, np, ng, nc, len(tl.marks))
+	d.Counts = fmt.Sprintf("%s, %d rejected, %s, %d gated, %s, %s", count(nw, "write"), nr, count(np, "pass"), ng,
+		count(nc, "unrecorded change"), count(len(tl.marks), "failure"))
 	step := tickStep(span)
 	for t := time.Duration(0); t <= span; t += step {
 		d.Ticks = append(d.Ticks, pageTick{Left: 100 * float64(t) / float64(span), Label: tickLabel(t, step)})
@@ -506,6 +511,17 @@ const (
 	labelWidth = 280
 	markRow    = 18
 )
+
+// count renders n things: "1 write", "2 writes", "3 passes".
+func count(n int, thing string) string {
+	switch {
+	case n == 1:
+		return "1 " + thing
+	case strings.HasSuffix(thing, "s"):
+		return fmt.Sprintf("%d %ses", n, thing)
+	}
+	return fmt.Sprintf("%d %ss", n, thing)
+}
 
 func verbLetter(v Verb) string {
 	switch v {

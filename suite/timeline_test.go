@@ -163,6 +163,8 @@ func TestTimelineInBrowser(t *testing.T) {
 		MarkText, MarkLane string
 		MarkHeight         float64
 		LanesBottom        float64
+		// MarkX is where the mark's line is; Tick40 and Tick50 where the 40 ms and 50 ms ticks are.
+		MarkX, Tick40, Tick50 float64
 	}
 	got, err := chromedp.Run(ctx, chromedp.Evaluate[shown](`(() => {
 		const kinds = ["write", "pass", "gated", "rejected", "mark", "change"];
@@ -171,6 +173,10 @@ func TestTimelineInBrowser(t *testing.T) {
 		const lanes = [...document.querySelectorAll("[data-lane]")];
 		const w = document.querySelector('[data-lane="opB/shard"] [data-kind="write"]');
 		const m = document.querySelector('[data-kind="mark"]');
+		const tick = label => {
+			const t = [...document.querySelectorAll(".tick")].find(e => e.textContent === label);
+			return t ? t.getBoundingClientRect().left : -1;
+		};
 		return {
 			lanes: lanes.map(e => e.dataset.lane),
 			counts,
@@ -178,6 +184,9 @@ func TestTimelineInBrowser(t *testing.T) {
 			markText: m ? m.textContent : "",
 			markHeight: m ? m.getBoundingClientRect().height : 0,
 			lanesBottom: lanes.length ? lanes[lanes.length - 1].getBoundingClientRect().bottom - lanes[0].getBoundingClientRect().top : 0,
+			markX: m ? m.querySelector(".line").getBoundingClientRect().left : 0,
+			tick40: tick("40 ms"),
+			tick50: tick("50 ms"),
 		};
 	})()`))
 	if err != nil {
@@ -202,6 +211,10 @@ func TestTimelineInBrowser(t *testing.T) {
 	}
 	if got.MarkHeight < got.LanesBottom {
 		t.Errorf("the failure mark is %.0f px tall, the lanes %.0f px: want it drawn across all lanes", got.MarkHeight, got.LanesBottom)
+	}
+	// The mark is at 45 ms: halfway between the 40 ms and 50 ms ticks, on the same time axis as the lanes.
+	if want := (got.Tick40 + got.Tick50) / 2; got.Tick40 < 0 || got.Tick50 < 0 || got.MarkX < want-2 || got.MarkX > want+2 {
+		t.Errorf("the 45 ms mark is drawn at x=%.1f, the 40 ms and 50 ms ticks at %.1f and %.1f: want it halfway", got.MarkX, got.Tick40, got.Tick50)
 	}
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
 	if err != nil {
