@@ -493,7 +493,7 @@ func (tl *timeline) html() ([]byte, error) {
 	sort.SliceStable(marks, func(i, j int) bool { return marks[i].At.Before(marks[j].At) })
 	for i, m := range marks {
 		left := pct(m.At)
-		d.Marks = append(d.Marks, pageMark{Left: left, At: ms(tl.offset(m.At)), Text: firstLine(m.What, 160), Full: m.What, Top: 3 + markRow*i, Right: left > 55})
+		d.Marks = append(d.Marks, pageMark{Left: left, At: ms(tl.offset(m.At)), Text: firstLine(m.What, 160), Full: m.What, Top: 3 + markRow*i, Right: left > 50})
 	}
 	d.HeadHeight = 6 + markRow*len(d.Marks)
 	// Wide enough that the densest second stays readable: about 600 px a second, at least 1400 px, at most
