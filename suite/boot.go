@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -51,7 +52,9 @@ type Options struct {
 	Pins PinCatalog
 	// Dumpers add sections to every failure dump (a fake's log for the namespace, for instance).
 	Dumpers []Dumper
-	// ArtifactsDir receives failure dumps. Default: $ENSEMBLE_ARTIFACTS, else <os temp dir>/ensemble-artifacts.
+	// ArtifactsDir receives failure dumps and timelines (a failed spec's, and those ENSEMBLE_TIMELINE asks
+	// for: 1 for every spec, or a regexp of spec names). Default: $ENSEMBLE_ARTIFACTS, else <os temp
+	// dir>/ensemble-artifacts.
 	ArtifactsDir string
 	// StartTimeout bounds the control plane's whole start (envtest's retries included), the garbage
 	// collector's first collection and each manager's cache sync. Default 60 s.
@@ -120,6 +123,8 @@ type Suite struct {
 	startTimeout   time.Duration
 	stopTimeout    time.Duration
 	cleanupTimeout time.Duration
+	// timelineFor selects the passing specs that get a timeline too (ENSEMBLE_TIMELINE); nil selects none.
+	timelineFor *regexp.Regexp
 
 	interrupted atomic.Bool
 	// failed is the first error of a manager that stopped on its own (guarded by mu).
@@ -220,14 +225,18 @@ func (s *Suite) Interrupted() bool { return s.interrupted.Load() }
 // Errors (each one line that says what to do): missing envtest binaries or ones of another version, a CRD
 // path that does not exist, does not parse or holds no CRD, a CRD the API server refuses, a binary that does
 // not come up within Options.StartTimeout, a nil Scheme, an empty, duplicate or reserved manager name, a
-// controller that cannot be wrapped, a manager that fails to register or start, an interrupt. Whatever
-// Boot started is stopped before it returns an error.
+// controller that cannot be wrapped, a manager that fails to register or start, an ENSEMBLE_TIMELINE that is
+// neither 1 nor a regexp, an interrupt. Whatever Boot started is stopped before it returns an error.
 func Boot(ctx context.Context, opts Options) (*Suite, error) {
 	start := time.Now()
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
 	if err := validateManagers(opts.Managers); err != nil {
+		return nil, err
+	}
+	timelineFor, err := timelineFilter(os.Getenv("ENSEMBLE_TIMELINE"))
+	if err != nil {
 		return nil, err
 	}
 	if _, err := controlplane.AssetsDir(); err != nil {
@@ -246,7 +255,7 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 	}
 
 	notify := newBroadcast()
-	s := &Suite{scheme: opts.Scheme, watchKinds: opts.WatchKinds, requeueClamp: opts.RequeueClamp, pins: opts.Pins,
+	s := &Suite{timelineFor: timelineFor, scheme: opts.Scheme, watchKinds: opts.WatchKinds, requeueClamp: opts.RequeueClamp, pins: opts.Pins,
 		dumpers: opts.Dumpers, artifactsDir: opts.ArtifactsDir, startTimeout: opts.StartTimeout,
 		stopTimeout: opts.StopTimeout, cleanupTimeout: opts.CleanupTimeout,
 		notify: notify, rec: newRecorder(opts.Scheme, notify), stream: newStream(opts.Scheme, notify),

@@ -52,9 +52,10 @@ type Case struct {
 	scripts    []*Script
 	optOuts    map[Oracle]string
 	sharedOK   map[string]bool
-	marks      []mark
 	admitted   bool
 	after      []func()
+	// marks are the failures noted for the case's timeline (see mark).
+	marks []mark
 }
 
 // CaseOption changes how NewCase sets a case up.
@@ -153,7 +154,8 @@ func (c *Case) RequireQuiescent(window, timeout time.Duration, opts ...QuietOpti
 	c.t.Helper()
 	took, err := c.Quiescent(window, timeout, opts...)
 	if err != nil {
-		c.fatalf("%v", err)
+		c.mark("RequireQuiescent: " + err.Error())
+		c.t.Fatalf("%v", err)
 	}
 	return took
 }
@@ -183,22 +185,6 @@ func (c *Case) Reader() client.Reader { return c.s.reader }
 // Changes returns the observed changes in the case's namespace that match f, ordered by resourceVersion.
 func (c *Case) Changes(f ChangeFilter) []Change { return c.s.stream.changes(c.Namespace, f) }
 
-// mark is a failure the case noted (an assertion, oracle, invariant or script step), for the timeline.
-type mark struct {
-	At   time.Time
-	What string
-}
-
-// mark notes a failure now.
-func (c *Case) mark(what string) { c.markAt(time.Now(), what) }
-
-// markAt notes a failure at a given time.
-func (c *Case) markAt(at time.Time, what string) {
-	c.mu.Lock()
-	c.marks = append(c.marks, mark{At: at, What: what})
-	c.mu.Unlock()
-}
-
 // fatalf marks and fails the test with a harness verdict.
 func (c *Case) fatalf(format string, args ...any) {
 	c.t.Helper()
@@ -221,27 +207,32 @@ func (c *Case) namespaced(obj client.Object) bool {
 	return err != nil || ok
 }
 
-// cleanup runs the case's end-of-spec checks (invariants, scripts, oracles), dumps on failure, empties the
-// namespace while the operators can still release their finalizers (deletion hygiene: what is still there
-// after Options.CleanupTimeout fails the spec, named with its finalizers, and has its finalizers removed),
-// hands the namespace to the namespace controller when kube-controller-manager runs one, runs the
-// AfterCleanup functions and closes the gate. The failures are reported last, in one Errorf: Ginkgo's
-// Errorf ends the cleanup function it is called from, and the namespace must be emptied first.
+// cleanup runs the case's end-of-spec checks (invariants, scripts, oracles), dumps on failure (with the
+// case's timeline), empties the namespace while the operators can still release their finalizers
+// (deletion hygiene: what is still there after Options.CleanupTimeout fails the spec, named with its
+// finalizers, and has its finalizers removed), hands the namespace to the namespace controller when
+// kube-controller-manager runs one, runs the AfterCleanup functions and closes the gate. A passing spec
+// whose name ENSEMBLE_TIMELINE selects gets its timeline too.
 func (c *Case) cleanup() {
+	at := time.Now()
 	c.stopInvariants()
+	// Failures are reported last, in one Errorf: under Ginkgo, Errorf ends the cleanup there (GinkgoT's
+	// Errorf panics), and the dump and the namespace's deletion must not be skipped.
 	var failures []string
 	if err := c.invariantErrors(); err != "" {
 		failures = append(failures, err)
 	}
-	failures = append(failures, c.scriptErrors()...)
-	failures = append(failures, c.runOracles()...)
-	for _, f := range failures {
-		first, _, _ := strings.Cut(f, "\n")
+	for _, e := range c.scriptErrors() {
+		first, _, _ := strings.Cut(e, "\n")
 		c.mark(first)
+		failures = append(failures, e)
 	}
+	failures = append(failures, c.runOracles()...)
 	dumped := c.t.Failed() || len(failures) > 0
 	if dumped {
-		c.writeDump()
+		c.writeDump(at)
+	} else if c.s.timelineFor != nil && c.s.timelineFor.MatchString(c.t.Name()) {
+		c.t.Logf("suite: %s (ENSEMBLE_TIMELINE, namespace %s)", c.writeCaseTimeline(at), c.Namespace)
 	}
 	defer func() {
 		c.mu.Lock()
@@ -257,10 +248,12 @@ func (c *Case) cleanup() {
 	if held := c.empty(); len(held) > 0 {
 		msg := fmt.Sprintf("suite: deletion hygiene: %d objects of %s were still there %s after the spec (their finalizers were then removed):\n%s",
 			len(held), c.Namespace, c.s.cleanupTimeout, indent(held))
-		c.mark(strings.SplitN(msg, "\n", 2)[0])
+		c.mark(msg)
 		failures = append(failures, msg)
-		if !dumped {
-			c.writeDump()
+		if dumped {
+			c.t.Logf("suite: %s (rewritten with the deletion hygiene failure of %s)", c.writeCaseTimeline(at), c.Namespace)
+		} else {
+			c.writeDump(at)
 		}
 	}
 	c.s.deleteNamespace(c.Namespace, c.t.Name())
@@ -269,13 +262,15 @@ func (c *Case) cleanup() {
 	}
 }
 
-// writeDump writes the case's failure dump and logs where.
-func (c *Case) writeDump() {
-	if path, summary, err := c.s.dump(c.Namespace, c.t.Name(), c.Started); err == nil {
-		c.t.Logf("suite: failure dump of %s written to %s\n%s", c.Namespace, path, summary)
-	} else {
+// writeDump writes the case's failure dump and its timeline, and logs where. at is when the cleanup began:
+// the time of the timeline's failure mark when the spec noted none.
+func (c *Case) writeDump(at time.Time) {
+	path, summary, err := c.s.dump(c.Namespace, c.t.Name(), c.Started)
+	if err != nil {
 		c.t.Logf("suite: failure dump of %s failed: %v", c.Namespace, err)
+		return
 	}
+	c.t.Logf("suite: failure dump of %s written to %s; %s\n%s", c.Namespace, path, c.writeCaseTimeline(at), summary)
 }
 
 // empty deletes the watched objects left in the namespace and waits (Options.CleanupTimeout) for them to

@@ -31,7 +31,9 @@ func (s *Suite) recordingClient(base client.Client, manager, controller string) 
 			w.Pass, w.Controller = p.ID, p.Controller
 		}
 		w.Kind, w.Namespace, w.Name = describe(scheme, obj)
-		if err == nil && verb != VerbDelete && verb != VerbDeleteAllOf {
+		// A subresource create (pods/binding, pods/eviction) answers with another object: obj keeps the
+		// resourceVersion it had, which is not the one the write made.
+		if err == nil && verb != VerbDelete && verb != VerbDeleteAllOf && (verb != VerbCreate || sub == "") {
 			w.ResourceVersion = resourceVersion(obj)
 		}
 		s.rec.addWrite(w)

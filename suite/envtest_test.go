@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -107,6 +109,7 @@ func TestPlainTestingT(t *testing.T) {
 	t.Run("deletion hygiene", func(t *testing.T) { testDeletionHygiene(t, s) })
 	t.Run("scripts", func(t *testing.T) { testScripts(t, s) })
 	t.Run("oracles", func(t *testing.T) { testOracles(t, s) })
+	t.Run("requested timeline", func(t *testing.T) { testRequestedTimeline(t, s) })
 
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
@@ -220,6 +223,39 @@ func testQuiescenceVerdicts(t *testing.T, s *Suite) {
 		}
 	}
 	loud.Delete(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "spinner"}})
+	p.runCleanups()
+	page := timelineLogged(t, p.logs, "failure dump of "+loud.Namespace)
+	for _, want := range []string{`data-lane="op/looper"`, `data-kind="mark"`, "RequireQuiescent: namespace " + loud.Namespace} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the failed spec's timeline does not hold %q", want)
+		}
+	}
+}
+
+// timelineLogged finds, in a case's log lines, the one that starts with prefix after "suite: " and names
+// the case's timeline page and trace, checks that both exist, and returns the page.
+func timelineLogged(t *testing.T, logs []string, prefix string) string {
+	t.Helper()
+	re := regexp.MustCompile(`timeline (\S+\.html), trace-event JSON \(Perfetto\) (\S+\.json)`)
+	for _, l := range logs {
+		if !strings.HasPrefix(l, "suite: "+prefix) {
+			continue
+		}
+		m := re.FindStringSubmatch(l)
+		if m == nil {
+			t.Fatalf("%q does not name the timeline and its trace", l)
+		}
+		if _, err := os.Stat(m[2]); err != nil {
+			t.Fatalf("trace: %v", err)
+		}
+		page, err := os.ReadFile(m[1])
+		if err != nil {
+			t.Fatalf("timeline: %v", err)
+		}
+		return string(page)
+	}
+	t.Fatalf("no log line starts with %q: %q", "suite: "+prefix, logs)
+	return ""
 }
 
 // testInvariants checks that the first violation is kept with the changes around it, that a pin can take
@@ -287,21 +323,65 @@ func testPins(t *testing.T, s *Suite) {
 		!strings.Contains(p.fatals[1], "no such defect") {
 		t.Fatalf("fixed defect and unknown reference: fatals %q", p.fatals)
 	}
+	if m := c.failureMarks(time.Now()); len(m) != 2 || m[0].What != p.fatals[0] || m[1].What != p.fatals[1] {
+		t.Fatalf("marks %v: want both failing verdicts marked for the timeline", m)
+	}
+}
+
+// testRequestedTimeline: a passing spec whose name ENSEMBLE_TIMELINE selects gets a timeline at cleanup,
+// without a failure mark; one it does not select gets none.
+func testRequestedTimeline(t *testing.T, s *Suite) {
+	s.timelineFor = regexp.MustCompile("^requested")
+	defer func() { s.timelineFor = nil }()
+	for _, name := range []string{"requested timeline", "not requested"} {
+		p := &probeTB{name: name}
+		c := s.NewCase(p)
+		if err := c.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "m"}}); err != nil {
+			t.Fatal(err)
+		}
+		NewWithT(t).Eventually(func() []Write { return c.Writes(WriteFilter{Manager: "op"}) }).WithTimeout(10 * time.Second).ShouldNot(BeEmpty())
+		p.runCleanups()
+		if p.Failed() {
+			t.Fatalf("%s: %q %q", name, p.fatals, p.errors)
+		}
+		if name == "not requested" {
+			if len(p.logs) != 0 {
+				t.Fatalf("a spec ENSEMBLE_TIMELINE does not select logged %q", p.logs)
+			}
+			continue
+		}
+		page := timelineLogged(t, p.logs, "timeline ")
+		if !strings.Contains(page, `data-lane="op/configmap"`) || !strings.Contains(page, `data-lane="case/spec"`) || strings.Contains(page, `data-kind="mark"`) {
+			t.Fatalf("the requested timeline of a passing spec: want the controller's and the case's lanes and no failure mark")
+		}
+	}
 }
 
 // testDeletionHygiene: an object whose finalizer nobody removes fails its spec at cleanup, named with the
-// finalizer; the case's namespace is then handed to the real namespace controller, which removes it.
+// finalizer; the case's namespace is then handed to the real namespace controller, which removes it. The
+// test double fails as GinkgoT does (Errorf panics), and the case also has a violated invariant: the
+// cleanup must still dump, with both failures marked on the timeline, and still delete the namespace.
 func testDeletionHygiene(t *testing.T, s *Suite) {
-	p := &probeTB{name: "hygiene"}
+	p := &probeTB{name: "hygiene", ginkgo: true}
 	c := s.NewCase(p)
+	c.Invariant("never holds", func(context.Context, client.Reader, string) error { return errors.New("broken from the start") })
 	stuck := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "stuck", Finalizers: []string{"example.com/never"}}}
 	if err := c.Create(stuck); err != nil {
 		t.Fatal(err)
 	}
 	p.runCleanups()
-	msg := strings.Join(p.errors, "\n")
-	if !strings.Contains(msg, "deletion hygiene") || !strings.Contains(msg, "ConfigMap/stuck (finalizers: example.com/never)") {
-		t.Fatalf("cleanup errors %q, want the held object and its finalizer named", p.errors)
+	if len(p.errors) != 1 {
+		t.Fatalf("cleanup errors %q, want one that reports both failures", p.errors)
+	}
+	msg := p.errors[0]
+	if !strings.Contains(msg, "deletion hygiene") || !strings.Contains(msg, "ConfigMap/stuck (finalizers: example.com/never)") || !strings.Contains(msg, `invariant "never holds" violated`) {
+		t.Fatalf("cleanup error %q, want the violated invariant, the held object and its finalizer named", msg)
+	}
+	page := timelineLogged(t, p.logs, "timeline ")
+	for _, want := range []string{"deletion hygiene: 1 objects of " + c.Namespace, `invariant &#34;never holds&#34; violated: broken from the start`} {
+		if !strings.Contains(page, want) {
+			t.Errorf("the timeline rewritten after deletion hygiene does not mark %q", want)
+		}
 	}
 	NewWithT(t).Eventually(func() bool {
 		return apierrors.IsNotFound(s.Client.Get(t.Context(), client.ObjectKey{Name: c.Namespace}, &corev1.Namespace{}))

@@ -121,7 +121,8 @@ func (c *Case) fillAround(v *violation) {
 	}
 }
 
-// invariantErrors renders each violation not taken, with the changes around it; empty while all hold.
+// invariantErrors renders each violation not taken, with the changes around it, and marks it on the case's
+// timeline at the time it was seen; empty while all hold.
 func (c *Case) invariantErrors() string {
 	c.mu.Lock()
 	invs := append([]*invariant(nil), c.invariants...)
@@ -133,6 +134,7 @@ func (c *Case) invariantErrors() string {
 		inv.mu.Unlock()
 		if v != nil && !taken {
 			c.fillAround(v)
+			c.markAt(v.Time, fmt.Sprintf("invariant %q violated: %v", v.Name, v.Err))
 			msgs = append(msgs, v.Error())
 		}
 	}

@@ -124,10 +124,16 @@ func (c *Case) runOracles() []string {
 		out = append(out, c.hotLoopErrors()...)
 	}
 	if !c.optedOut(SharedFields) {
-		out = append(out, c.sharedFieldErrors()...)
+		shared := c.sharedFieldErrors()
+		if len(shared) > 0 {
+			c.mark(fmt.Sprintf("oracle %s: %d fields owned by two field managers", SharedFields, len(shared)))
+		}
+		out = append(out, shared...)
 	}
 	if !c.optedOut(Convergence) && !c.t.Failed() && len(out) == 0 {
 		if err := c.converged(); err != nil {
+			first, _, _ := strings.Cut(err.Error(), "\n")
+			c.mark(first)
 			out = append(out, err.Error())
 		}
 	}

@@ -37,28 +37,37 @@ type reporter interface {
 //
 // The report line is short: the first line of the check's error, at most pinLineMax characters. When the
 // error says more, evidence (may be nil) keeps the whole of it and returns where, and the line names that.
-func knownDefect(t TB, catalog PinCatalog, ref string, check func() error, evidence func(ref, full string) string) {
+// failed (may be nil) is told every verdict that fails the spec, before t is.
+func knownDefect(t TB, catalog PinCatalog, ref string, check func() error, evidence func(ref, full string) string, failed func(msg string)) {
 	t.Helper()
+	fail := func(format string, args ...any) {
+		t.Helper()
+		msg := fmt.Sprintf(format, args...)
+		if failed != nil {
+			failed(msg)
+		}
+		t.Fatalf("%s", msg)
+	}
 	ref = strings.TrimSpace(ref)
 	if ref == "" {
-		t.Fatalf("suite: KnownDefect with an empty reference: name the catalog ID of the defect this pin holds (see pins/)")
+		fail("suite: KnownDefect with an empty reference: name the catalog ID of the defect this pin holds (see pins/)")
 		return
 	}
 	if catalog == nil {
-		t.Fatalf("suite: KnownDefect(%q): Options.Pins is not set: give Boot the defect catalog this pin refers to", ref)
+		fail("suite: KnownDefect(%q): Options.Pins is not set: give Boot the defect catalog this pin refers to", ref)
 		return
 	}
 	title, ok := catalog.Lookup(ref)
 	if !ok {
-		t.Fatalf("suite: KnownDefect(%q): no such defect in the catalog: add it to the catalog or fix the reference", ref)
+		fail("suite: KnownDefect(%q): no such defect in the catalog: add it to the catalog or fix the reference", ref)
 		return
 	}
 	err := check()
 	switch {
 	case err == nil:
-		t.Fatalf("%s appears fixed: replace this pin with a positive assertion (%s)", ref, title)
+		fail("%s appears fixed: replace this pin with a positive assertion (%s)", ref, title)
 	case errors.Is(err, errHarness):
-		t.Fatalf("suite: KnownDefect(%s): the check failed for a reason that is not the defect: %v", ref, err)
+		fail("suite: KnownDefect(%s): the check failed for a reason that is not the defect: %v", ref, err)
 	default:
 		full := err.Error()
 		short, _, _ := strings.Cut(full, "\n")
@@ -91,7 +100,7 @@ func (c *Case) KnownDefect(ref string, check func() error) {
 		err := check()
 		c.takeScriptErrors(err)
 		return err
-	}, c.writeEvidence)
+	}, c.writeEvidence, c.mark)
 }
 
 // pinLineMax bounds the length of a pin's report line; the rest of its evidence goes to the artifacts.

@@ -50,7 +50,8 @@ type Write struct {
 	// Kind is the object's kind, e.g. "Shard"; Namespace and Name its key (Name empty for VerbDeleteAllOf).
 	Kind, Namespace, Name string
 	// ResourceVersion is the object's resourceVersion the API server answered with; empty for a rejected
-	// write and for deletes. The Change with the same resourceVersion is the one this write made.
+	// write, for deletes and for subresource creates (a pods/binding answers with no pod). The Change with
+	// the same resourceVersion is the one this write made.
 	ResourceVersion string
 	// FieldOwner is the field manager the write named; empty when it named none (the API server then
 	// derives one from the User-Agent).

@@ -13,6 +13,9 @@ import (
 	"github.com/onsi/gomega/types"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 )
 
 type catalog map[string]string
@@ -37,14 +40,14 @@ func TestKnownDefectVerdicts(t *testing.T) {
 		p := &probeTB{}
 		var kept string
 		long := "flapped 4 times\n" + strings.Repeat("a change\n", 10000)
-		knownDefect(p, cat, "X-1", func() error { return errors.New(long) }, func(ref, full string) string { kept = full; return "/artifacts/pin-X-1.txt" })
+		knownDefect(p, cat, "X-1", func() error { return errors.New(long) }, func(ref, full string) string { kept = full; return "/artifacts/pin-X-1.txt" }, nil)
 		if len(p.reports) != 1 || p.reports[0] != "KnownDefect X-1: X-1 still present: flapped 4 times (evidence: /artifacts/pin-X-1.txt)" || kept != long {
 			t.Fatalf("reports = %q (kept %d bytes): want one short line naming the evidence file, and the whole evidence kept", p.reports, len(kept))
 		}
 	})
 	t.Run("no catalog", func(t *testing.T) {
 		p := &probeTB{}
-		knownDefect(p, nil, "MG-NOPE", func() error { return errors.New("x") }, nil)
+		knownDefect(p, nil, "MG-NOPE", func() error { return errors.New("x") }, nil, nil)
 		if len(p.fatals) != 1 || !strings.Contains(p.fatals[0], "Options.Pins is not set") {
 			t.Fatalf("fatals = %q: a pin checked against no catalog must fail", p.fatals)
 		}
@@ -52,15 +55,22 @@ func TestKnownDefectVerdicts(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			p := &probeTB{}
-			knownDefect(p, cat, tc.ref, func() error { return tc.err }, nil)
+			var marked []string
+			knownDefect(p, cat, tc.ref, func() error { return tc.err }, nil, func(msg string) { marked = append(marked, msg) })
 			if tc.wantFatal != "" {
 				if len(p.fatals) != 1 || !strings.Contains(p.fatals[0], tc.wantFatal) {
 					t.Fatalf("fatals = %q, want one containing %q", p.fatals, tc.wantFatal)
+				}
+				if len(marked) != 1 || marked[0] != p.fatals[0] {
+					t.Fatalf("marked = %q, want the failing verdict %q marked for the timeline", marked, p.fatals[0])
 				}
 				return
 			}
 			if p.Failed() || len(p.reports) != 1 || !strings.Contains(p.reports[0], tc.wantLog) {
 				t.Fatalf("failed=%v reports=%q, want a passing pin reporting %q", p.Failed(), p.reports, tc.wantLog)
+			}
+			if len(marked) != 0 {
+				t.Fatalf("marked = %q: a pin still present is no failure", marked)
 			}
 		})
 	}
@@ -113,8 +123,12 @@ func TestBootRejectsBadInput(t *testing.T) {
 		"duplicate name":  {Options{Scheme: newScheme(), Managers: []ManagerOptions{{Name: "a", Register: noop}, {Name: "a", Register: noop}}}, `both named "a"`},
 		"no binaries":     {Options{Scheme: newScheme()}, "make envtest-assets"},
 		"wrong CRD path":  {Options{Scheme: newScheme(), CRDDirectoryPaths: []string{"operators/nope/config/crd"}}, "does not exist"},
+		"bad timeline":    {Options{Scheme: newScheme()}, "ENSEMBLE_TIMELINE=\"[\" is neither 1 nor a regexp"},
 	} {
 		t.Run(name, func(t *testing.T) {
+			if name == "bad timeline" {
+				t.Setenv("ENSEMBLE_TIMELINE", "[")
+			}
 			if name == "wrong CRD path" {
 				t.Setenv("KUBEBUILDER_ASSETS", fakeAssets(t))
 			}
@@ -242,12 +256,17 @@ func TestOperatorTimelineUndoesCompression(t *testing.T) {
 
 // probeTB is a TB that records verdicts instead of failing: for testing the harness's own verdicts (a pin
 // both ways, quiescence both ways) without failing the surrounding test. Fatalf and Errorf mark it failed
-// and keep the message; Cleanup functions run on runCleanups.
+// and keep the message; with ginkgo set they then panic, as GinkgoT's do, which ends the function that
+// called them. Cleanup functions run on runCleanups, which recovers those panics.
 type probeTB struct {
 	name                          string
+	ginkgo                        bool
 	fatals, errors, logs, reports []string
 	cleanups                      []func()
 }
+
+// probeFailed is what a ginkgo probeTB panics with.
+type probeFailed struct{}
 
 func (p *probeTB) Context() context.Context { return context.Background() }
 func (p *probeTB) Helper()                  {}
@@ -258,9 +277,15 @@ func (p *probeTB) Logf(format string, args ...any) {
 }
 func (p *probeTB) Errorf(format string, args ...any) {
 	p.errors = append(p.errors, fmt.Sprintf(format, args...))
+	if p.ginkgo {
+		panic(probeFailed{})
+	}
 }
 func (p *probeTB) Fatalf(format string, args ...any) {
 	p.fatals = append(p.fatals, fmt.Sprintf(format, args...))
+	if p.ginkgo {
+		panic(probeFailed{})
+	}
 }
 func (p *probeTB) Failed() bool { return len(p.fatals)+len(p.errors) > 0 }
 func (p *probeTB) AddReportEntryVisibilityAlways(name string, args ...any) {
@@ -269,7 +294,43 @@ func (p *probeTB) AddReportEntryVisibilityAlways(name string, args ...any) {
 
 func (p *probeTB) runCleanups() {
 	for i := len(p.cleanups) - 1; i >= 0; i-- {
-		p.cleanups[i]()
+		func() {
+			defer func() {
+				if r := recover(); r != nil {
+					if _, ok := r.(probeFailed); !ok {
+						panic(r)
+					}
+				}
+			}()
+			p.cleanups[i]()
+		}()
 	}
 	p.cleanups = nil
+}
+
+// TestSubresourceCreateKeepsNoResourceVersion: a pods/binding create leaves the pod object as it was, so the
+// recorder must not take the pod's old resourceVersion for the one the write made (a timeline would call the
+// binding a write that changed nothing, FieldWriters would credit it with an earlier change).
+func TestSubresourceCreateKeepsNoResourceVersion(t *testing.T) {
+	scheme := newScheme()
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", ResourceVersion: "7"}}
+	base := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme).WithObjects(pod.DeepCopy()).Build(), interceptor.Funcs{
+		SubResourceCreate: func(context.Context, client.Client, string, client.Object, client.Object, ...client.SubResourceCreateOption) error {
+			return nil
+		},
+	})
+	b := newBroadcast()
+	s := &Suite{rec: newRecorder(scheme, b)}
+	c := s.recordingClient(base, "dataplane", "")
+	binding := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}, Target: corev1.ObjectReference{Kind: "Node", Name: "n"}}
+	if err := c.SubResource("binding").Create(t.Context(), pod, binding); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Update(t.Context(), pod); err != nil {
+		t.Fatal(err)
+	}
+	ws := s.rec.writes("ns", WriteFilter{})
+	if len(ws) != 2 || ws[0].Subresource != "binding" || ws[0].ResourceVersion != "" || ws[1].ResourceVersion == "" || ws[1].ResourceVersion == "7" {
+		t.Fatalf("writes %+v: want the binding with no resourceVersion, then the update with the new one", ws)
+	}
 }
