@@ -164,10 +164,14 @@ func (c *Case) RequireQuiescent(window, timeout time.Duration, opts ...QuietOpti
 // the earliest), within timeout, and returns how long it waited. Quiet means no watched object changed, no
 // write was attempted (see StateOnly) and no reconcile pass ran for window; then the last pass of every
 // controller key in the namespace must not have ended in an error. Errors: not quiet in time (naming the
-// busiest objects, their field transitions and the writers), quiet but a last pass failed (naming it), a
+// busiest objects, their field transitions and the writers), a hot loop (see HotLoop; the wait ends at it
+// unless the case opted out), quiet but a last pass failed (naming it), a
 // window that is not positive or longer than timeout, an interrupted run. For a pin whose defect is that
 // the namespace never goes quiet; a spec asserts with RequireQuiescent.
 func (c *Case) Quiescent(window, timeout time.Duration, opts ...QuietOption) (time.Duration, error) {
+	if !c.optedOut(HotLoop) {
+		opts = append(opts, func(q *quietConfig) { q.hotLoops = true })
+	}
 	return c.s.waitQuiescent(c.t.Context(), c.Namespace, c.Started, window, timeout, opts...)
 }
 

@@ -15,12 +15,14 @@ type Oracle string
 
 // The oracles every case runs.
 const (
-	// HotLoop fails a case in which one object was written at 10 writes/s or more for 1.5 s (at least 5
-	// writes in each of three consecutive 500 ms slices), counting every write attempt (rejected ones too)
-	// by the operators and fakes, not the spec's own, and not the writes of passes a requeue woke (see
-	// Pass.Requeued): it catches loops driven by watch events, such as two writers answering each other,
-	// and leaves a loop paced by the operator's own requeue (which a time scale shortens) to Convergence.
-	// It watches while the spec runs and notes the moment the threshold is crossed.
+	// HotLoop fails a case in which the writers of one object answer each other's writes at 10 writes/s
+	// or more for 1.5 s (at least 5 writes in each of three consecutive 500 ms slices, and no other
+	// object of the namespace changed in between by a writer that does not write this object), such as two
+	// field managers flipping a field. It counts the
+	// writes of the operators and fakes that changed the object or were rejected; not the spec's own, not
+	// no-ops, and not the writes of passes a requeue woke (see Pass.Requeued), whose pace a time scale and
+	// requeue compression set. Other loops never settle, and Convergence fails them. It watches while the
+	// spec runs and notes the moment the threshold is crossed.
 	HotLoop Oracle = "hot-loop"
 	// SharedFields fails a case in which, at its end, a leaf field of an object in its namespace is owned by
 	// two field managers in managedFields, unless the spec declared the field with AllowSharedField.
@@ -238,13 +240,20 @@ func (h hotLoop) String() string {
 // threshold. Guarded by the recorder's lock.
 type hotLoops struct {
 	// rv is each object's resourceVersion after its latest recorded write.
-	rv      map[string]string
+	rv map[string]string
+	// nsSeq counts the writes that changed an object, per namespace, and nsLog keeps the last 1.5 s of
+	// them; lastSeq is the count after each object's latest write.
+	nsSeq   map[string]int64
+	nsLog   map[string][]nsWrite
+	lastSeq map[string]int64
+	// writers holds every writer of each object.
+	writers map[string]map[string]bool
 	recent  map[string][]Write
 	tripped map[string]hotLoop
 }
 
 func newHotLoops() *hotLoops {
-	return &hotLoops{rv: map[string]string{}, recent: map[string][]Write{}, tripped: map[string]hotLoop{}}
+	return &hotLoops{rv: map[string]string{}, nsSeq: map[string]int64{}, nsLog: map[string][]nsWrite{}, lastSeq: map[string]int64{}, writers: map[string]map[string]bool{}, recent: map[string][]Write{}, tripped: map[string]hotLoop{}}
 }
 
 // observe adds a write and notes the first time its object crosses the threshold.
@@ -259,6 +268,22 @@ func (h *hotLoops) observe(w Write) {
 		}
 		h.rv[id] = w.ResourceVersion
 	}
+	// An object of the namespace changed since this object's previous write by a writer that does not
+	// write this object: the object is carried along by a progression (pods coming up, claims binding), not
+	// answering its own writers.
+	if h.interrupted(id, w) {
+		h.recent[id] = nil
+	}
+	if w.Err == nil {
+		h.nsSeq[w.Namespace]++
+		log := append(h.nsLog[w.Namespace], nsWrite{seq: h.nsSeq[w.Namespace], id: id, writer: w.writer(), at: w.Time})
+		i := 0
+		for i < len(log) && w.Time.Sub(log[i].at) >= hotLoopSlice*hotLoopSlices {
+			i++
+		}
+		h.nsLog[w.Namespace] = log[i:]
+	}
+	h.lastSeq[id] = h.nsSeq[w.Namespace]
 	span := hotLoopSlice * hotLoopSlices
 	ws := append(h.recent[id], w)
 	i := 0
@@ -284,6 +309,30 @@ func (h *hotLoops) observe(w Write) {
 		writers[x.writer()+" "+string(x.Verb)]++
 	}
 	h.tripped[id] = hotLoop{Namespace: w.Namespace, Kind: w.Kind, Name: w.Name, First: ws[0].Time, At: w.Time, N: len(ws), Writers: writers, writes: append([]Write(nil), ws...)}
+}
+
+// nsWrite is a write that changed an object, in its namespace's order.
+type nsWrite struct {
+	seq        int64
+	id, writer string
+	at         time.Time
+}
+
+// interrupted reports whether, since object id's previous write, another object of w's namespace was
+// changed by a writer that never wrote id.
+func (h *hotLoops) interrupted(id string, w Write) bool {
+	writers := h.writers[id]
+	if writers == nil {
+		writers = map[string]bool{}
+		h.writers[id] = writers
+	}
+	writers[w.writer()] = true
+	for _, x := range h.nsLog[w.Namespace] {
+		if x.seq > h.lastSeq[id] && x.id != id && !writers[x.writer] {
+			return true
+		}
+	}
+	return false
 }
 
 // hotLoopsIn returns the crossings in namespace ns at or after since, earliest first.

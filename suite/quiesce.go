@@ -21,7 +21,11 @@ var errLastPassFailed = errors.New("quiet, but a last reconcile pass ended in an
 // QuietOption changes what RequireQuiescent counts as activity.
 type QuietOption func(*quietConfig)
 
-type quietConfig struct{ stateOnly bool }
+type quietConfig struct {
+	stateOnly bool
+	// hotLoops ends the wait at the first hot loop in the namespace (a case that did not opt out of HotLoop).
+	hotLoops bool
+}
 
 // StateOnly makes RequireQuiescent count only changes of watched objects, not attempted writes: "stable"
 // rather than "quiet". Use it where a controller legitimately keeps re-applying an unchanged status while
@@ -59,6 +63,11 @@ func (s *Suite) waitQuiescent(ctx context.Context, ns string, since time.Time, w
 		if !cfg.stateOnly {
 			if w, _ := s.rec.lastWrite(ns); w.After(last) {
 				last = w
+			}
+		}
+		if cfg.hotLoops {
+			if h := s.rec.hotLoopsIn(ns, since); len(h) > 0 {
+				return time.Since(start), fmt.Errorf("namespace %s: %w: %s", ns, errNotQuiet, h[0])
 			}
 		}
 		running := s.rec.running(ns)
