@@ -13,7 +13,9 @@ import (
 // nothing (a server-side apply of unchanged values, say) answers with the resourceVersion it found, the one an
 // earlier write made; so among the writes that answered with one resourceVersion the change goes to the first
 // whose subresource fits its fields (status fields: the status subresource; other fields: the main resource),
-// else to the first. A change no recorded write made (the API server's own, or a client the harness does not
+// else to the first. Two writes of one subresource that return in the same instant with one resourceVersion (a
+// change and a no-op that found it) cannot be told apart: the first to return is named, which may be the no-op.
+// A change no recorded write made (the API server's own, or a client the harness does not
 // see) is "<unrecorded>". A
 // field with two or more writers is a field two controllers both write. Only changes after the object's
 // creation count: who created it is the VerbCreate write in Writes. The kind must be in Options.WatchKinds
