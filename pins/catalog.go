@@ -96,7 +96,7 @@ var Default = Catalog{
 		Title:   "Finalize skips a pod another claim references and never returns done",
 		Source:  "a deleted claim retried its finalizer every 2 s forever",
 		Default: Fixed,
-		Specs:   []string{"operators/matrixone TestCNClaimFinalizeStuck (no scenario yet)"},
+		Specs:   []string{"matrixone CNClaim deleting a claim whose pod another claim uses: the deletion completes and the pod stays the other claim's"},
 		Retire:  "when Finalize removes its own claimed-by and returns done",
 	},
 }
