@@ -240,13 +240,20 @@ var _ = Describe("multigres transitions", Label("multigres"), func() {
 	It("a table group removed from a live cluster retires its shard, then itself, and A -> B -> A returns the same objects", tableGroupRoundTripSpec)
 })
 
+// defaultCluster returns the fixtures' default cluster (one database, table group and shard) and its names,
+// for a spec to extend before creating it.
+func defaultCluster() (*mgv1.MultigresCluster, fixtures.MultigresNames) {
+	GinkgoHelper()
+	spec := fixtures.MultigresSpec{}
+	cluster, err := fixtures.Multigres(spec)
+	Expect(err).NotTo(HaveOccurred())
+	return cluster, spec.Names()
+}
+
 // shardRoundTripSpec runs A = one table group of shards 0 and 1, B = shard 0 only.
 func shardRoundTripSpec() {
 	c := s.NewCase(GinkgoT())
-	spec := fixtures.MultigresSpec{}
-	names := spec.Names()
-	cluster, err := fixtures.Multigres(spec)
-	Expect(err).NotTo(HaveOccurred())
+	cluster, names := defaultCluster()
 	tg := &cluster.Spec.Databases[0].TableGroups[0]
 	second := *tg.Shards[0].DeepCopy()
 	second.Name = "1"
@@ -266,10 +273,7 @@ func shardRoundTripSpec() {
 // tableGroupRoundTripSpec runs A = table groups tg and tg2 (one shard each), B = tg only.
 func tableGroupRoundTripSpec() {
 	c := s.NewCase(GinkgoT())
-	spec := fixtures.MultigresSpec{}
-	names := spec.Names()
-	cluster, err := fixtures.Multigres(spec)
-	Expect(err).NotTo(HaveOccurred())
+	cluster, names := defaultCluster()
 	db := &cluster.Spec.Databases[0]
 	second := *db.TableGroups[0].DeepCopy()
 	second.Name = "tg2"
