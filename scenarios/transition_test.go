@@ -107,7 +107,8 @@ func podUIDs(c *suite.Case) map[string]types.UID {
 }
 
 // settleShards waits until exactly the named Shards exist, each Healthy on its current generation, the
-// cluster is Healthy on its current generation, and the namespace is quiet for 1 s.
+// cluster is Healthy on its current generation, and the namespace is quiet for 500 ms (a not-converged shard
+// requeues every 50 ms here).
 func settleShards(c *suite.Case, cluster string, shards []string) {
 	GinkgoHelper()
 	Eventually(func(g Gomega) {
@@ -125,7 +126,7 @@ func settleShards(c *suite.Case, cluster string, shards []string) {
 		g.Expect(mc.Status.Phase).To(Equal(mgv1.PhaseHealthy))
 		g.Expect(mc.Status.ObservedGeneration).To(Equal(mc.Generation))
 	}).WithTimeout(healthyTimeout).Should(Succeed(), "the cluster never settled with shards %v", shards)
-	c.RequireQuiescent(time.Second, 30*time.Second)
+	c.RequireQuiescent(500*time.Millisecond, 30*time.Second)
 }
 
 // handshake is where, in resourceVersions, one retired object went through the pending-deletion handshake: its
