@@ -8,7 +8,7 @@ var Default = Catalog{
 		Title:   "StorageClass guard applies a typed status literal; its zero orchReady/poolsReady are claimed with force: status flips forever",
 		Source:  "two server-side-apply field managers rewrote one Shard's status ten times a second, forever",
 		Default: Fixed,
-		Specs:   []string{"multigres a healthy shard is quiescent for 1 s, its fields owned by the declared field managers"},
+		Specs:   []string{"multigres a healthy shard is quiescent for 1 s, its fields owned by the declared field managers", "multigres ownership two reconcilers write one Shard: the TableGroup controller its spec, the Shard controller its status, each field under the field owner the design gives it"},
 		Retire:  "never while the typed-literal guard path exists in the operator",
 	},
 	{
@@ -32,7 +32,7 @@ var Default = Catalog{
 		Title:   "status/pod patches without a field owner: the API server names one from the User-Agent, two managers co-own podRoles",
 		Source:  "podRoles entries owned by both multigres-resource-handler and a manager named after the User-Agent",
 		Default: Fixed,
-		Specs:   []string{"multigres a healthy shard is quiescent for 1 s, its fields owned by the declared field managers"},
+		Specs:   []string{"multigres a healthy shard is quiescent for 1 s, its fields owned by the declared field managers", "multigres ownership two reconcilers write one Shard: the TableGroup controller its spec, the Shard controller its status, each field under the field owner the design gives it"},
 		Retire:  "when every patch names its field owner in the real operator",
 	},
 	{
@@ -96,7 +96,7 @@ var Default = Catalog{
 		Title:   "Finalize skips a pod another claim references and never returns done",
 		Source:  "a deleted claim retried its finalizer every 2 s forever",
 		Default: Fixed,
-		Specs:   []string{"operators/matrixone TestCNClaimFinalizeStuck (no scenario yet)"},
+		Specs:   []string{"matrixone CNClaim deleting a claim whose pod another claim uses: the deletion completes and the pod stays the other claim's"},
 		Retire:  "when Finalize removes its own claimed-by and returns done",
 	},
 }

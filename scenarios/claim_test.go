@@ -243,6 +243,8 @@ var _ = Describe("matrixone CNClaim", Label("matrixone", "claim"), func() {
 	It("claim bound to a deleted pod: the claim goes Lost with spec.podName cleared and its claim set replaces it", Label("pin"), claimDeletedPodSpec)
 
 	It("migration storm: a migrating claim's reconcile passes over 20 s of the operator's time", Label("pin"), claimMigrationStormSpec)
+
+	It("deleting a claim whose pod another claim uses: the deletion completes and the pod stays the other claim's", claimFinalizeSpec)
 })
 
 // claimDoubleBindingSpec replays the CNClaim double binding incident (MO-CLAIM-DOUBLE-BIND): claim A

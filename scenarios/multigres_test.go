@@ -10,7 +10,9 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ensembletest/ensemble/fakes/dataplane"
 	"github.com/ensembletest/ensemble/fixtures"
@@ -50,6 +52,36 @@ func roles(podRoles map[string]string, role string) []string {
 	for p, r := range podRoles {
 		if r == role {
 			out = append(out, p)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// setPoolReplicas sets replicasPerCell of pool in the first shard of the case's cluster (one write, retried
+// on conflict) and returns without waiting for the operator.
+func setPoolReplicas(c *suite.Case, cluster, pool string, replicas int32) {
+	GinkgoHelper()
+	mc := &mgv1.MultigresCluster{}
+	Expect(c.Update(cluster, mc, func() {
+		sh := &mc.Spec.Databases[0].TableGroups[0].Shards[0]
+		p := sh.Pools[pool]
+		p.ReplicasPerCell = replicas
+		sh.Pools[pool] = p
+	})).To(Succeed())
+}
+
+// ownedPoolPods returns the names of the case's pods labelled component=shard-pool whose controller owner
+// reference is the named shard, sorted; pods being deleted are included.
+func ownedPoolPods(g Gomega, c *suite.Case, shard string) []string {
+	sh := &mgv1.Shard{}
+	g.Expect(c.Get(shard, sh)).To(Succeed())
+	pods := &corev1.PodList{}
+	g.Expect(c.List(pods, client.MatchingLabels{multigres.LabelComponent: multigres.ComponentShardPool})).To(Succeed())
+	var out []string
+	for i := range pods.Items {
+		if ref := metav1.GetControllerOf(&pods.Items[i]); ref != nil && ref.UID == sh.UID {
+			out = append(out, pods.Items[i].Name)
 		}
 	}
 	sort.Strings(out)
@@ -184,13 +216,7 @@ func latePoolerRoleSpec() {
 
 	topology.Hold(c.Namespace)
 	DeferCleanup(topology.Release, c.Namespace)
-	cluster := &mgv1.MultigresCluster{}
-	Expect(c.Update(names.Cluster, cluster, func() {
-		sh := &cluster.Spec.Databases[0].TableGroups[0].Shards[0]
-		p := sh.Pools["main"]
-		p.ReplicasPerCell = 3
-		sh.Pools["main"] = p
-	})).To(Succeed())
+	setPoolReplicas(c, names.Cluster, "main", 3)
 
 	By("holding the registration until the shard has been stable for 1 s")
 	Eventually(func(g Gomega) {

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -188,6 +189,17 @@ func testFieldWriters(t *testing.T, s *Suite) {
 		HaveKeyWithValue("data.n", []string{"op/looper"})))
 	g.Eventually(func() map[string][]string { return c.FieldWriters("ConfigMap", "one") }).WithTimeout(10 * time.Second).Should(
 		HaveKeyWithValue("data.seen", []string{"op/configmap"}))
+	// A write that changes nothing answers with the resourceVersion the marker's write made: it must not
+	// take the marker's change over.
+	one := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "one", Namespace: c.Namespace}}
+	if err := c.Client.Patch(t.Context(), one, client.RawPatch(types.MergePatchType, []byte(`{}`))); err != nil {
+		t.Fatal(err)
+	}
+	if w := c.Writes(WriteFilter{Name: "one", Manager: "case", Verb: VerbPatch}); len(w) != 1 || w[0].ResourceVersion == "" {
+		t.Fatalf("the case's no-op patch was not recorded with a resourceVersion: %v", w)
+	}
+	g.Expect(c.FieldWriters("ConfigMap", "one")).To(HaveKeyWithValue("data.seen", []string{"op/configmap"}),
+		"a no-op write took over the change an earlier write made")
 	c.Delete(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "both"}})
 }
 

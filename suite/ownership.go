@@ -3,11 +3,10 @@ package suite
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
-
-	"reflect"
 
 	"github.com/onsi/gomega/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -15,7 +14,9 @@ import (
 
 // Ownership maps each field manager of an object to the field paths it owns, read from managedFields
 // (both the object and its subresources). Paths are rendered from the fieldsV1 set, e.g.
-// "status.podRoles.pod-0" or "status.conditions[type=Available].status".
+// "status.podRoles.pod-0" or "status.conditions[type=Available].status". The entries of one manager name
+// (its Apply and its Update entries, its main-resource and its status entries) are merged: a field both own is
+// listed once under that name.
 type Ownership map[string][]string
 
 // OwnershipOf reads obj's managedFields. Errors: a fieldsV1 entry that is not valid JSON.

@@ -207,6 +207,13 @@ func TestOwnershipPaths(t *testing.T) {
 	if ok, err := HaveSingleFieldOwners().Match(p); !ok || err != nil {
 		t.Fatalf("single owners refused (err %v)", err)
 	}
+	// One manager's Apply and Update entries on one field (a status apply and a status patch under one field
+	// owner) are one owner.
+	p.ManagedFields = append(p.ManagedFields, metav1.ManagedFieldsEntry{Manager: "a", Operation: metav1.ManagedFieldsOperationUpdate,
+		Subresource: "status", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:podRoles":{"f:p-0":{}}}}`)}})
+	if ok, err := HaveSingleFieldOwners().Match(p); !ok || err != nil {
+		t.Fatalf("one manager's two entries on one field taken for two owners: %s (err %v)", HaveSingleFieldOwners().FailureMessage(p), err)
+	}
 	if _, err := HaveSingleFieldOwners().Match("not an object"); err == nil {
 		t.Fatal("a matcher given no object must say so")
 	}
