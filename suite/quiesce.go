@@ -67,7 +67,7 @@ func (s *Suite) waitQuiescent(ctx context.Context, ns string, since time.Time, w
 		}
 		if cfg.hotLoops {
 			if h := s.rec.hotLoopsIn(ns, since); len(h) > 0 {
-				return time.Since(start), fmt.Errorf("namespace %s: %w: %s", ns, errNotQuiet, h[0])
+				return time.Since(start), fmt.Errorf("namespace %s: %w: %s\n%s", ns, errNotQuiet, h[0], s.activityReport(ns, h[0].First))
 			}
 		}
 		running := s.rec.running(ns)
