@@ -109,6 +109,24 @@ var _ = ReportAfterSuite("label filter selects a spec", func(r Report) {
 	}
 })
 
+// The run's summary, printed whether or not Ginkgo is verbose (go test shows it with -v, as make test-suite
+// runs it): each live pin's "still present" line and each spec's opted-out oracles and declared shared fields,
+// so a passing run still says which defects it carries and which checks it skipped.
+var _ = ReportAfterSuite("pins and opted-out oracles", func(r Report) {
+	var pinLines, optLines []string
+	for _, sr := range r.SpecReports {
+		for _, e := range sr.ReportEntries {
+			switch {
+			case strings.HasPrefix(e.Name, "KnownDefect "):
+				pinLines = append(pinLines, "  "+e.StringRepresentation())
+			case strings.HasPrefix(e.Name, "oracle ") || e.Name == "shared field allowed":
+				optLines = append(optLines, fmt.Sprintf("  %s: %s: %s", sr.FullText(), e.Name, e.StringRepresentation()))
+			}
+		}
+	}
+	fmt.Printf("\nlive pins (%d):\n%s\nopted-out oracles (%d):\n%s\n", len(pinLines), strings.Join(pinLines, "\n"), len(optLines), strings.Join(optLines, "\n"))
+})
+
 // watchKinds are the kinds of both reference operators, without duplicates (Pods are in both).
 func watchKinds() []client.Object {
 	seen := map[string]bool{}
