@@ -3,13 +3,11 @@ package scenarios
 import (
 	"fmt"
 	"sort"
-	"strconv"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -143,8 +141,6 @@ var _ = Describe("multigres", Label("multigres"), func() {
 		}
 	})
 
-	It("deleting the cluster removes the shard, then the tablegroup, then the cluster, and every pod", clusterDeletionOrderSpec)
-
 	It("a pool scaled 2 -> 3 while pooler registrations are held: the late pooler's role lands in podRoles", latePoolerRoleSpec)
 
 	It("pins MG-CONDITION-MAP-ORDER: the StorageClassValid message over a window with two missing classes", Label("pin"), func() {
@@ -171,39 +167,6 @@ var _ = Describe("multigres", Label("multigres"), func() {
 		Expect(msgs[0]).To(And(ContainSubstring("missing-backup"), ContainSubstring("missing-pool")), "one verdict names every missing class")
 	})
 })
-
-// clusterDeletionOrderSpec deletes a Healthy cluster and checks that its shard, tablegroup and pods go, and
-// that the shard was deleted before the tablegroup and the tablegroup before the cluster.
-func clusterDeletionOrderSpec() {
-	c := s.NewCase(GinkgoT())
-	spec := fixtures.MultigresSpec{}
-	bringUpHealthy(c, spec)
-	names := spec.Names()
-
-	cluster := &mgv1.MultigresCluster{}
-	Expect(c.Get(names.Cluster, cluster)).To(Succeed())
-	Expect(c.Delete(cluster)).To(Succeed())
-	Eventually(func(g Gomega) {
-		g.Expect(apierrors.IsNotFound(c.Get(names.Cluster, &mgv1.MultigresCluster{}))).To(BeTrue(), "cluster still there")
-	}).WithTimeout(healthyTimeout).Should(Succeed())
-
-	Expect(apierrors.IsNotFound(c.Get(names.Shard, &mgv1.Shard{}))).To(BeTrue(), "the shard outlived its cluster")
-	Expect(apierrors.IsNotFound(c.Get(names.TableGroup, &mgv1.TableGroup{}))).To(BeTrue(), "the tablegroup outlived its cluster")
-	pods := &corev1.PodList{}
-	Expect(c.List(pods)).To(Succeed())
-	Expect(pods.Items).To(BeEmpty(), "pods left after the cluster is gone")
-
-	deleted := map[string]int64{}
-	for _, ch := range c.Changes(suite.ChangeFilter{Type: suite.Deleted}) {
-		rv, err := strconv.ParseInt(ch.ResourceVersion, 10, 64)
-		Expect(err).NotTo(HaveOccurred())
-		deleted[ch.Kind+"/"+ch.Name] = rv
-	}
-	shardRV, tgRV, clusterRV := deleted["Shard/"+names.Shard], deleted["TableGroup/"+names.TableGroup], deleted["MultigresCluster/"+names.Cluster]
-	Expect([]int64{shardRV, tgRV, clusterRV}).To(HaveEach(BeNumerically(">", 0)), "a deletion was not observed: %v", deleted)
-	Expect(shardRV).To(BeNumerically("<", tgRV), "the tablegroup went before its shard")
-	Expect(tgRV).To(BeNumerically("<", clusterRV), "the cluster went before its tablegroup")
-}
 
 // latePoolerRoleSpec scales a Healthy shard's pool from 2 to 3 pods while pooler registrations are held,
 // and checks that once they are released the late pooler's role lands in podRoles and the shard is Healthy.

@@ -64,6 +64,18 @@ func Before(first, then Permit) Permit {
 	return p
 }
 
+// All joins permits into one Permit, keeping the orders each holds, so that Before can order a group as a whole:
+// Before(Permits(Added, "Shard", s), All(Permits(Added, "Pod", a), Permits(Added, "Pod", b))) orders the Shard's
+// creation before each pod's and leaves the two pods unordered. All of nothing is the zero Permit.
+func All(permits ...Permit) Permit {
+	var p Permit
+	for _, q := range permits {
+		p.leaves = append(p.leaves, q.leaves...)
+		p.order = append(p.order, q.order...)
+	}
+	return p
+}
+
 // Script is a closed-world sequence over a Case's namespace: each step does something and permits exact
 // changes of the watched kinds; any other change in the namespace, from the step's start to the end of its
 // settle window, fails it. The script's last step is followed by an explicit Finish. Make one with

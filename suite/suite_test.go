@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -90,6 +91,32 @@ func TestGateNests(t *testing.T) {
 	g.close("a")
 	if g.admitted("a") {
 		t.Fatal("a closed namespace is still admitted")
+	}
+}
+
+// TestAllGroupsPermits checks that All joins permits without ordering them, and that Before over an All
+// orders the group as a whole: a before each of b and c, b and c unordered, c's own order kept.
+func TestAllGroupsPermits(t *testing.T) {
+	a, b := Permits(Added, "Shard", "a"), Permits(Added, "Pod", "b")
+	c := Before(Permits(Added, "Pod", "c"), Permits(Deleted, "Pod", "c"))
+	leaves, order, err := flattenPermits([]Permit{Before(a, All(b, c))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(leafLines(leaves), ", "); got != "Added Shard/a, Added Pod/b, Added Pod/c, Deleted Pod/c" {
+		t.Fatalf("leaves %s", got)
+	}
+	var pairs []string
+	for _, o := range order {
+		pairs = append(pairs, o[0].String()+" < "+o[1].String())
+	}
+	want := []string{"Added Pod/c < Deleted Pod/c", "Added Shard/a < Added Pod/b", "Added Shard/a < Added Pod/c", "Added Shard/a < Deleted Pod/c"}
+	sort.Strings(pairs)
+	if strings.Join(pairs, "; ") != strings.Join(want, "; ") {
+		t.Fatalf("orders %q, want %q", pairs, want)
+	}
+	if _, _, err := flattenPermits([]Permit{All()}); err == nil {
+		t.Fatal("a step permitting All() of nothing was accepted")
 	}
 }
 
