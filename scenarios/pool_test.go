@@ -119,12 +119,15 @@ var _ = Describe("matrixone CNPool and CNClaimSet", Label("matrixone", "claim"),
 			podOf[cl] = e.expectBound(cl)
 		}
 		Expect(sets.New(podOf[claims[0]], podOf[claims[1]], podOf[claims[2]]).Len()).To(Equal(3), "claims share a pod: %v", podOf)
-		for cl, p := range podOf {
-			h := phaseHistory(c, p, c.Started)
-			i := slices.Index(h, matrixone.PhaseBound)
-			Expect(i).To(BeNumerically(">", 0), "pod %s of claim %s: phases %v", p, cl, h)
-			Expect(h[i-1]).To(Equal(matrixone.PhaseIdle), "claim %s bound pod %s before it was Idle: phases %v", cl, p, h)
-		}
+		// The stream may trail the API reads above by a few events.
+		Eventually(func(g Gomega) {
+			for cl, p := range podOf {
+				h := phaseHistory(c, p, c.Started)
+				i := slices.Index(h, matrixone.PhaseBound)
+				g.Expect(i).To(BeNumerically(">", 0), "pod %s of claim %s: phases %v", p, cl, h)
+				g.Expect(h[i-1]).To(Equal(matrixone.PhaseIdle), "claim %s bound pod %s before it was Idle: phases %v", cl, p, h)
+			}
+		}).WithTimeout(claimTimeout).Should(Succeed())
 		e.settlePool(3, 1)
 
 		By("scaling the claim set back in to 1 claim")
@@ -138,24 +141,26 @@ var _ = Describe("matrixone CNPool and CNClaimSet", Label("matrixone", "claim"),
 		Expect(e.expectBound(survivor)).To(Equal(podOf[survivor]))
 		e.settlePool(1, 1)
 		Expect(podUIDs(c)).To(HaveKeyWithValue(podOf[survivor], uids[podOf[survivor]]))
-		Expect(phaseHistory(c, podOf[survivor], scaledIn)).To(BeEmpty(), "the kept claim's pod changed phase")
 
 		By("the released pods drained back to Idle; the pool scaled the surplus idle pods in")
-		for _, cl := range claims[:2] {
-			h := phaseHistory(c, podOf[cl], scaledIn)
-			Expect(len(h)).To(BeNumerically(">=", 3), "pod %s of deleted claim %s: phases %v", podOf[cl], cl, h)
-			Expect(h[:3]).To(Equal([]string{matrixone.PhaseBound, matrixone.PhaseDraining, matrixone.PhaseIdle}),
-				"pod %s of deleted claim %s: phases %v", podOf[cl], cl, h)
-		}
-		gone := deletedPods(c, scaledIn)
-		Expect(gone).To(HaveLen(2), "the pool kept %d idle pods: 1 in use + maxIdle 1 were to stay", len(gone))
-		for _, p := range gone {
-			h := phaseHistory(c, p, scaledIn)
-			Expect(h).NotTo(BeEmpty())
-			Expect(h[len(h)-2:]).To(Equal([]string{matrixone.PhaseIdle, matrixone.PhaseTerminating}), "pod %s deleted: phases %v", p, h)
-			_, ok := haKeeper.PodStore(c.Namespace, p)
-			Expect(ok).To(BeFalse(), "the store of deleted pod %s is still in HAKeeper", p)
-		}
+		Eventually(func(g Gomega) {
+			for _, cl := range claims[:2] {
+				h := phaseHistory(c, podOf[cl], scaledIn)
+				g.Expect(len(h)).To(BeNumerically(">=", 3), "pod %s of deleted claim %s: phases %v", podOf[cl], cl, h)
+				g.Expect(h[:3]).To(Equal([]string{matrixone.PhaseBound, matrixone.PhaseDraining, matrixone.PhaseIdle}),
+					"pod %s of deleted claim %s: phases %v", podOf[cl], cl, h)
+			}
+			gone := deletedPods(c, scaledIn)
+			g.Expect(gone).To(HaveLen(2), "pods deleted: 1 in use + maxIdle 1 were to stay of 4")
+			for _, p := range gone {
+				h := phaseHistory(c, p, scaledIn)
+				g.Expect(len(h)).To(BeNumerically(">=", 2), "pod %s deleted: phases %v", p, h)
+				g.Expect(h[len(h)-2:]).To(Equal([]string{matrixone.PhaseIdle, matrixone.PhaseTerminating}), "pod %s deleted: phases %v", p, h)
+				_, ok := haKeeper.PodStore(c.Namespace, p)
+				g.Expect(ok).To(BeFalse(), "the store of deleted pod %s is still in HAKeeper", p)
+			}
+		}).WithTimeout(claimTimeout).Should(Succeed())
+		Expect(phaseHistory(c, podOf[survivor], scaledIn)).To(BeEmpty(), "the kept claim's pod changed phase")
 		idle := e.poolPods(matrixone.PhaseIdle)
 		pod := &corev1.Pod{}
 		Expect(c.Get(idle[0], pod)).To(Succeed())
@@ -178,13 +183,16 @@ var _ = Describe("matrixone CNPool and CNClaimSet", Label("matrixone", "claim"),
 		e.createClaim("a", "tenant")
 		pa := e.expectBound("a")
 		e.settlePool(1, 0)
-		pending := false
-		for _, ch := range c.Changes(suite.ChangeFilter{Kind: "CNPool", Name: pool}) {
-			for _, f := range ch.Fields {
-				pending = pending || (f.Path == "status.pendingClaims" && f.New == "1")
+		Eventually(func() bool {
+			for _, ch := range c.Changes(suite.ChangeFilter{Kind: "CNPool", Name: pool}) {
+				for _, f := range ch.Fields {
+					if f.Path == "status.pendingClaims" && f.New == "1" {
+						return true
+					}
+				}
 			}
-		}
-		Expect(pending).To(BeTrue(), "the pool never counted the pending claim")
+			return false
+		}).WithTimeout(claimTimeout).Should(BeTrue(), "the pool never counted the pending claim")
 
 		By("maxIdle 0 -> 2: two idle pods beside the one in use")
 		p := &mov1.CNPool{}
