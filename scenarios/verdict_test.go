@@ -1,0 +1,338 @@
+package scenarios
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	"github.com/onsi/ginkgo/v2/types"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apitypes "k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ensembletest/ensemble/suite"
+)
+
+// The harness's own verdicts under Ginkgo: the suite package tests them over a plain testing.T, whose
+// Errorf and Fatalf return; GinkgoT's panic instead, so a failing verdict ends the harness code that gave
+// it. These specs give a case a verdictTB, which fails the way GinkgoT does but records the failure, so that
+// a spec can observe a failing verdict without failing.
+
+// verdictStop is what a verdictTB's Errorf and Fatalf panic with, as GinkgoT's panic with Ginkgo's failure.
+type verdictStop struct{}
+
+// verdictTB is a suite.TB that records the harness's verdicts instead of failing the spec. Context (taken
+// from GinkgoT() once, when the TB is made), Helper, Name and Logf are GinkgoT()'s; Errorf and Fatalf record
+// the message and panic with verdictStop, so that, as under GinkgoT, no harness code after a failing verdict
+// runs as if nothing happened (Script.Step returns nil right after its fatalf); report entries are recorded.
+// Cleanup keeps its own list, which runCleanups runs (last registered first), each recovering verdictStop.
+type verdictTB struct {
+	ctx  context.Context
+	name string
+
+	mu                      sync.Mutex
+	errors, fatals, reports []string
+	cleanups                []func()
+}
+
+// newVerdictTB makes a verdictTB in the running spec (or BeforeAll): its context ends with that node, and
+// its name is "probe <what>: <the spec's name>" (the case's namespace is named after it).
+func newVerdictTB(what string) *verdictTB {
+	t := GinkgoT()
+	return &verdictTB{ctx: t.Context(), name: "probe " + what + ": " + t.Name()}
+}
+
+func (p *verdictTB) Context() context.Context          { return p.ctx }
+func (p *verdictTB) Helper()                           { types.MarkAsHelper(1) }
+func (p *verdictTB) Name() string                      { return p.name }
+func (p *verdictTB) Logf(format string, args ...any)   { GinkgoT().Logf(format, args...) }
+func (p *verdictTB) Errorf(format string, args ...any) { p.record(&p.errors, format, args...) }
+func (p *verdictTB) Fatalf(format string, args ...any) { p.record(&p.fatals, format, args...) }
+
+// Cleanup adds f to the TB's own cleanups (see runCleanups).
+func (p *verdictTB) Cleanup(f func()) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.cleanups = append(p.cleanups, f)
+}
+
+// Failed reports whether Errorf or Fatalf was called.
+func (p *verdictTB) Failed() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return len(p.errors)+len(p.fatals) > 0
+}
+
+// AddReportEntryVisibilityAlways records a report entry "name: args" (what the Case reports to GinkgoT).
+func (p *verdictTB) AddReportEntryVisibilityAlways(name string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.reports = append(p.reports, name+": "+fmt.Sprint(args...))
+}
+
+// record appends the message to *to and stops the caller, as a failing GinkgoT does.
+func (p *verdictTB) record(to *[]string, format string, args ...any) {
+	p.mu.Lock()
+	*to = append(*to, fmt.Sprintf(format, args...))
+	p.mu.Unlock()
+	panic(verdictStop{})
+}
+
+// run runs f, which ends early at a recorded failure (verdictStop); any other panic (a Gomega failure of the
+// spec) goes on.
+func (p *verdictTB) run(f func()) {
+	defer func() {
+		if r := recover(); r != nil {
+			if _, ok := r.(verdictStop); !ok {
+				panic(r)
+			}
+		}
+	}()
+	f()
+}
+
+// runCleanups runs the registered cleanups, last first, each to its end or its recorded failure.
+func (p *verdictTB) runCleanups() {
+	p.mu.Lock()
+	cleanups := p.cleanups
+	p.cleanups = nil
+	p.mu.Unlock()
+	for i := len(cleanups) - 1; i >= 0; i-- {
+		p.run(cleanups[i])
+	}
+}
+
+// Errors and Fatals return the recorded messages, one per line; Reports the report entries.
+func (p *verdictTB) Errors() string  { return p.joined(p.errors) }
+func (p *verdictTB) Fatals() string  { return p.joined(p.fatals) }
+func (p *verdictTB) Reports() string { return p.joined(p.reports) }
+
+func (p *verdictTB) joined(of []string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(of, "\n")
+}
+
+// probe runs body on a case of a new verdictTB (named after what), then the case's cleanup as a spec's end
+// would, and returns the TB with the harness's verdicts. A recorded failure ends body, as a failing verdict
+// ends a spec.
+func probe(what string, body func(c *suite.Case)) *verdictTB {
+	p := newVerdictTB(what)
+	p.run(func() { body(s.NewCase(p)) })
+	p.runCleanups()
+	return p
+}
+
+// plainConfigMap is a ConfigMap nothing in the suite reconciles.
+func plainConfigMap(name string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}}
+}
+
+// createBoth creates the plain ConfigMaps a, then b, in the case.
+func createBoth(c *suite.Case, a, b string) func() error {
+	return func() error {
+		if err := c.Create(plainConfigMap(a)); err != nil {
+			return err
+		}
+		return c.Create(plainConfigMap(b))
+	}
+}
+
+// noReconciler is the opt-out reason of a probe whose plain ConfigMaps nothing reconciles.
+const noReconciler = "plain ConfigMaps, which no controller reconciles: the verdict under test is another one"
+
+// backgroundProbe is a probe running on its own goroutine; wait returns its TB once its cleanup is done.
+type backgroundProbe struct {
+	done chan struct{}
+	p    *verdictTB
+}
+
+func (b *backgroundProbe) wait() *verdictTB {
+	<-b.done
+	return b.p
+}
+
+// startNeverQuiet starts, in the background, a probe whose namespace never goes quiet: the holder's pass
+// over ConfigMap "held" runs until the probe's cleanup has returned. The convergence oracle fails it only at
+// the end of its bound (10 s), so the container starts it first and its other specs run meanwhile.
+func startNeverQuiet() *backgroundProbe {
+	b := &backgroundProbe{done: make(chan struct{}), p: newVerdictTB("never quiet")}
+	go func() {
+		defer GinkgoRecover()
+		defer close(b.done)
+		var ns string
+		defer func() {
+			if ns != "" {
+				held.release(ns)
+			}
+		}()
+		defer b.p.runCleanups()
+		b.p.run(func() {
+			c := s.NewCase(b.p)
+			ns = c.Namespace
+			cm := plainConfigMap("held")
+			cm.Labels = map[string]string{holdLabel: "true"}
+			Expect(c.Create(cm)).To(Succeed())
+			// Running before the oracle looks: quiet time counts from the ConfigMap's creation.
+			Eventually(func() []suite.Pass { return c.Passes(suite.PassFilter{Controller: "holder"}) }).
+				WithTimeout(claimTimeout).ShouldNot(BeEmpty(), "the holder never reconciled %s", c.Namespace)
+		})
+	}()
+	return b
+}
+
+var _ = Describe("harness verdicts under Ginkgo", Ordered, ContinueOnFailure, Label("harness"), func() {
+	var neverQuiet *backgroundProbe
+	BeforeAll(func() {
+		neverQuiet = startNeverQuiet()
+		DeferCleanup(func() { neverQuiet.wait() })
+	})
+
+	It("a script step fails on a change it does not permit and on a wrong Before order; a failing step does not return into the spec", func() {
+		By("one change too many: Step returns it, and the cleanup says the error was dropped")
+		var ns string
+		var stepErr error
+		p := probe("extra", func(c *suite.Case) {
+			ns = c.Namespace
+			c.OptOut(suite.Convergence, noReconciler)
+			stepErr = c.Script("extra").Step("create a and b", createBoth(c, "a", "b"), suite.Permits(suite.Added, "ConfigMap", "a"))
+		})
+		Expect(stepErr).To(MatchError(MatchRegexp(`a change no permit covers: #\d+ \S+ Added ConfigMap/%s/b `, ns)))
+		Expect(p.Fatals()).To(BeEmpty())
+		Expect(p.Errors()).To(ContainSubstring(`a step error of script "extra" was dropped`))
+
+		By("a wrong order: RequireStep fails the case there, and the cleanup does not report it again")
+		reached := false
+		p = probe("order", func(c *suite.Case) {
+			c.OptOut(suite.Convergence, noReconciler)
+			c.Script("order").RequireStep("a then b", createBoth(c, "a", "b"),
+				suite.Before(suite.Permits(suite.Added, "ConfigMap", "b"), suite.Permits(suite.Added, "ConfigMap", "a")))
+			reached = true
+		})
+		Expect(reached).To(BeFalse(), "RequireStep's failure returned into the spec")
+		Expect(p.Fatals()).To(And(ContainSubstring("order violated"), ContainSubstring("Added ConfigMap/b must come before Added ConfigMap/a")))
+		Expect(p.Errors()).NotTo(ContainSubstring("order violated"))
+
+		By("a malformed step fails the case outright: Step does not go on to return nil")
+		reached = false
+		p = probe("malformed", func(c *suite.Case) {
+			c.OptOut(suite.Convergence, noReconciler)
+			_ = c.Script("malformed").Step("permits nothing", nil)
+			reached = true
+		})
+		Expect(reached).To(BeFalse(), "Step returned after failing the case")
+		Expect(p.Fatals()).To(ContainSubstring("it permits no change"))
+	})
+
+	It("an unfinished script fails the case at its cleanup; a healthy script over the harness's looper passes", func() {
+		By("a script never finished")
+		var stepErr error
+		p := probe("unfinished", func(c *suite.Case) {
+			c.OptOut(suite.Convergence, noReconciler)
+			stepErr = c.Script("unfinished").Step("create a", func() error { return c.Create(plainConfigMap("a")) },
+				suite.Permits(suite.Added, "ConfigMap", "a"))
+		})
+		Expect(stepErr).NotTo(HaveOccurred())
+		Expect(p.Fatals()).To(BeEmpty())
+		Expect(p.Errors()).To(ContainSubstring(`script "unfinished" was never finished`))
+
+		By("the looper's ConfigMap created, its loop stopped, the ConfigMap deleted: under GinkgoT itself")
+		c := s.NewCase(GinkgoT())
+		sc := c.Script("looper")
+		// The looper's writes come back to back until its label goes, a few hundred ms: the hot-loop oracle
+		// needs 1.5 s of them.
+		sc.RequireStep("create a looping ConfigMap", func() error { return c.Create(loopingConfigMap("spin")) },
+			suite.Before(suite.Permits(suite.Added, "ConfigMap", "spin"), suite.Permits(suite.Modified, "ConfigMap", "spin", "data.n")))
+		// A merge patch carries no resourceVersion, so it never conflicts with the looper's updates.
+		sc.RequireStep("stop the loop", func() error {
+			cm := plainConfigMap("spin")
+			cm.Namespace = c.Namespace
+			return c.Client.Patch(context.Background(), cm, client.RawPatch(apitypes.MergePatchType, []byte(`{"metadata":{"labels":{"`+loopLabel+`":"false"}}}`)))
+		}, suite.Permits(suite.Modified, "ConfigMap", "spin", "metadata.labels."+loopLabel, "data.n"))
+		sc.RequireStep("delete it", func() error { return c.Delete(plainConfigMap("spin")) },
+			suite.Permits(suite.Deleted, "ConfigMap", "spin"))
+		sc.RequireFinish(time.Second)
+	})
+
+	It("the hot-loop oracle flags the harness's looping ConfigMap controller and names it", func() {
+		var quietErr error
+		var took time.Duration
+		p := probe("looper", func(c *suite.Case) {
+			c.OptOut(suite.Convergence, "the looper never stops: the hot-loop oracle is the verdict under test")
+			Expect(c.Create(loopingConfigMap("spin"))).To(Succeed())
+			// A window no pause of the looper can fill: the wait ends at the hot loop.
+			took, quietErr = c.Quiescent(5*time.Second, 10*time.Second)
+		})
+		AddReportEntry("looper flagged after", took.Round(time.Millisecond).String())
+		Expect(quietErr).To(MatchError(ContainSubstring("oracle hot-loop: ConfigMap/spin was written")), "Quiescent ends at the hot loop")
+		Expect(p.Fatals()).To(BeEmpty())
+		Expect(p.Errors()).To(And(ContainSubstring("oracle hot-loop: ConfigMap/spin was written"),
+			ContainSubstring("harness/looper update"), ContainSubstring("data.n: ")))
+	})
+
+	It("the shared-fields oracle names a field two field managers applied, and AllowSharedField accepts that field only", func() {
+		apply := func(c *suite.Case, owner string) {
+			cm := &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
+				ObjectMeta: metav1.ObjectMeta{Name: "shared", Namespace: c.Namespace}, Data: map[string]string{"k": "v", "other": "w"}}
+			Expect(c.Client.Patch(context.Background(), cm, client.Apply, client.FieldOwner(owner), client.ForceOwnership)).To(Succeed())
+		}
+		p := probe("shared", func(c *suite.Case) {
+			c.OptOut(suite.Convergence, noReconciler)
+			apply(c, "alpha")
+			apply(c, "beta")
+		})
+		Expect(p.Errors()).To(And(ContainSubstring("ConfigMap/shared field data.k is owned by field managers alpha and beta"),
+			ContainSubstring("ConfigMap/shared field data.other is owned by field managers alpha and beta")))
+
+		p = probe("shared declared", func(c *suite.Case) {
+			c.OptOut(suite.Convergence, noReconciler)
+			apply(c, "alpha")
+			apply(c, "beta")
+			c.AllowSharedField("ConfigMap", "shared", "data.k", "both appliers set the same value on purpose")
+		})
+		Expect(p.Errors()).NotTo(ContainSubstring("field data.k"), "a declared shared field failed the case")
+		Expect(p.Errors()).To(ContainSubstring("ConfigMap/shared field data.other is owned by field managers alpha and beta"),
+			"AllowSharedField let an undeclared field through")
+		Expect(p.Reports()).To(ContainSubstring("shared field allowed: ConfigMap/shared data.k: both appliers set the same value on purpose"))
+	})
+
+	It("the convergence oracle fails a namespace no controller ever reconciled and one that never goes quiet (a pass that never ends)", func() {
+		p := probe("never reconciled", func(c *suite.Case) { Expect(c.Create(plainConfigMap("unread"))).To(Succeed()) })
+		Expect(p.Errors()).To(And(ContainSubstring("oracle convergence"), ContainSubstring("no controller ever ran a reconcile pass")))
+
+		p = neverQuiet.wait()
+		Expect(p.Fatals()).To(BeEmpty())
+		Expect(p.Errors()).To(ContainSubstring("oracle convergence"))
+		Expect(p.Errors()).To(MatchRegexp(`namespace e-probe-never-quiet-\S+: not quiescent within 10s`))
+	})
+
+	It("an oracle's opt-out reason is a report entry shown without -v; an opt-out without a reason fails the case", func() {
+		c := s.NewCase(GinkgoT())
+		const reason = "nothing is created here: the report entry is the point"
+		c.OptOut(suite.Convergence, reason)
+		var entry *types.ReportEntry
+		for _, e := range CurrentSpecReport().ReportEntries {
+			if e.Name == "oracle convergence opted out" {
+				entry = &e
+			}
+		}
+		Expect(entry).NotTo(BeNil(), "no report entry for the opt-out")
+		Expect(entry.Visibility).To(Equal(types.ReportEntryVisibilityAlways))
+		Expect(entry.StringRepresentation()).To(Equal(reason))
+
+		for o, want := range map[suite.Oracle]string{suite.Convergence: "without a reason", "nope": "no such oracle"} {
+			reached := false
+			p := probe("opt-out "+string(o), func(c *suite.Case) {
+				c.OptOut(o, " ")
+				reached = true
+			})
+			Expect(reached).To(BeFalse(), "OptOut(%q) returned after failing the case", o)
+			Expect(p.Fatals()).To(ContainSubstring(want))
+		}
+	})
+})
