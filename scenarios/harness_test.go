@@ -22,7 +22,8 @@ import (
 
 // The harness's own verdicts both ways (quiescence, pins, invariants, wrapping) are tested in the suite
 // package, with a private test double for the test; these specs check the gate and invariants inside the
-// scenario suite, beside the reference operators.
+// scenario suite, beside the reference operators, and verdict_test.go the script and oracle verdicts under
+// Ginkgo.
 
 // loopLabel marks the ConfigMaps the looper rewrites on every pass: a controller that never converges.
 const loopLabel = "ensemble.test/loop"

@@ -1,6 +1,6 @@
 // Package scenarios is ensemble's scenario tier: one Ginkgo suite, one file per joint between controllers.
 // BeforeSuite boots envtest once with every reconciler of the Multigres reference operator, the data-plane
-// simulator, the pooler simulator and the harness's own test controller; each spec works in its own
+// simulator, the pooler simulator and the harness's own test controllers; each spec works in its own
 // namespace through a suite.Case.
 package scenarios
 

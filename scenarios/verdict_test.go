@@ -112,6 +112,7 @@ func (p *verdictTB) Errors() string  { return p.joined(p.errors) }
 func (p *verdictTB) Fatals() string  { return p.joined(p.fatals) }
 func (p *verdictTB) Reports() string { return p.joined(p.reports) }
 
+// joined joins the messages of one list under the TB's lock.
 func (p *verdictTB) joined(of []string) string {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -146,12 +147,13 @@ func createBoth(c *suite.Case, a, b string) func() error {
 // noReconciler is the opt-out reason of a probe whose plain ConfigMaps nothing reconciles.
 const noReconciler = "plain ConfigMaps, which no controller reconciles: the verdict under test is another one"
 
-// backgroundProbe is a probe running on its own goroutine; wait returns its TB once its cleanup is done.
+// backgroundProbe is a probe running on its own goroutine.
 type backgroundProbe struct {
 	done chan struct{}
 	p    *verdictTB
 }
 
+// wait blocks until the probe's cleanup has returned and returns its TB.
 func (b *backgroundProbe) wait() *verdictTB {
 	<-b.done
 	return b.p
