@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -56,64 +55,10 @@ func (l *looper) SetupWithManager(mgr ctrl.Manager) error {
 		}))).Complete(l)
 }
 
-// holdLabel marks the ConfigMaps whose reconcile pass the holder keeps running.
-const holdLabel = "ensemble.test/hold"
-
-// holder is a test-only controller for the harness self-tests: its pass over a ConfigMap labelled
-// holdLabel=true does not end until release is called for the ConfigMap's namespace (or the manager stops),
-// like a reconciler stuck on a call that never answers, so the namespace is never quiet.
-type holder struct {
-	client.Client
-	mu       sync.Mutex
-	released map[string]chan struct{}
-}
-
-// held is the harness manager's holder.
-var held = &holder{released: map[string]chan struct{}{}}
-
-// gate returns namespace ns's release channel.
-func (h *holder) gate(ns string) chan struct{} {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	ch, ok := h.released[ns]
-	if !ok {
-		ch = make(chan struct{})
-		h.released[ns] = ch
-	}
-	return ch
-}
-
-// release ends the held passes of namespace ns, now and later; call it once per namespace.
-func (h *holder) release(ns string) { close(h.gate(ns)) }
-
-func (h *holder) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
-	cm := &corev1.ConfigMap{}
-	if err := h.Get(ctx, req.NamespacedName, cm); err != nil || cm.Labels[holdLabel] != "true" {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
-	}
-	select {
-	case <-h.gate(req.Namespace):
-	case <-ctx.Done():
-	}
-	return ctrl.Result{}, nil
-}
-
-// SetupWithManager sets the holder up as a controller named "holder", on the ConfigMaps labelled holdLabel.
-func (h *holder) SetupWithManager(mgr ctrl.Manager) error {
-	h.Client = mgr.GetClient()
-	return ctrl.NewControllerManagedBy(mgr).Named("holder").
-		For(&corev1.ConfigMap{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
-			return o.GetLabels()[holdLabel] == "true"
-		}))).Complete(h)
-}
-
-// harnessManager runs the looper and the holder in a gated manager named "harness".
+// harnessManager runs the looper in a gated manager named "harness".
 func harnessManager() suite.ManagerOptions {
 	return suite.ManagerOptions{Name: "harness", Register: func(mgr manager.Manager) error {
-		if err := (&looper{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
-			return err
-		}
-		return held.SetupWithManager(mgr)
+		return (&looper{Client: mgr.GetClient()}).SetupWithManager(mgr)
 	}}
 }
 
