@@ -162,7 +162,7 @@ func impostorSpec() {
 	Eventually(func(g Gomega) {
 		g.Expect(ownedPoolPods(g, c, names.Shard)).To(Equal(spec.PoolPods("main", 1)))
 	}).WithTimeout(healthyTimeout).Should(Succeed(), "the shard never scaled down to one pod")
-	c.RequireQuiescent(time.Second, 30*time.Second)
+	c.RequireQuiescent(500*time.Millisecond, 30*time.Second)
 
 	expectShardCounts(c, names.Shard, spec.PoolPods("main", 1))
 	writers := expectImpostorsUntouched(c, uids)

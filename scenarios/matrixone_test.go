@@ -30,13 +30,14 @@ func operatorInstance(c *suite.Case, name string, opts matrixone.Options) *suite
 	return m
 }
 
-// bringUpMatrixOne creates spec's cluster in the case and waits until it is up and quiet for 1 s.
+// bringUpMatrixOne creates spec's cluster in the case and waits until it is up and quiet for 500 ms (50 s of
+// the operator's time at the fixtures' scale).
 func bringUpMatrixOne(ctx context.Context, c *suite.Case, spec fixtures.MatrixOneSpec) {
 	GinkgoHelper()
 	Expect(createMatrixOne(ctx, c.Namespace, spec)).To(Succeed())
 	Eventually(func() error { return fixtures.MatrixOneReady(ctx, s.Client, c.Namespace, spec) }).
 		WithTimeout(time.Minute).WithContext(ctx).Should(Succeed())
-	c.RequireQuiescent(time.Second, time.Minute)
+	c.RequireQuiescent(500*time.Millisecond, time.Minute)
 }
 
 var _ = Describe("matrixone", Label("matrixone"), func() {
@@ -97,7 +98,7 @@ var _ = Describe("matrixone", Label("matrixone"), func() {
 			}
 			g.Expect(fixtures.MatrixOneReady(ctx, s.Client, c.Namespace, spec)).To(Succeed())
 		}).WithTimeout(time.Minute).WithContext(ctx).Should(Succeed())
-		c.RequireQuiescent(time.Second, time.Minute)
+		c.RequireQuiescent(500*time.Millisecond, time.Minute)
 		AddReportEntry("r2 rolled out and quiet in", time.Since(start).Round(time.Millisecond).String())
 
 		By("every pod restarted exactly once, in place")

@@ -99,7 +99,7 @@ var _ = Describe("matrixone pod-set scaling", Label("matrixone"), func() {
 			return c.Update(names.DNSet, dn, func() { dn.Spec.Replicas = 2 })
 		}, append(append(podsAdded(names.LogSet+"-1", names.LogSet+"-2"), podsAdded(names.DNSet+"-1")...),
 			setScaled("LogSet", names.LogSet), setScaled("DNSet", names.DNSet))...)
-		sc.RequireFinish(time.Second)
+		sc.RequireFinish(500 * time.Millisecond)
 
 		Expect(fixtures.MatrixOneReady(GinkgoT().Context(), c.Client, c.Namespace, podSetScaleSpec(3, 2, 1))).To(Succeed())
 		expectUntouched(c, before)
@@ -125,7 +125,7 @@ var _ = Describe("matrixone pod-set scaling", Label("matrixone"), func() {
 		}, setScaled("ProxySet", names.ProxySet),
 			suite.Permits(suite.Modified, "Pod", last, "metadata.deletionTimestamp", "metadata.deletionGracePeriodSeconds", "metadata.generation", "status"),
 			suite.Permits(suite.Deleted, "Pod", last))
-		sc.RequireFinish(time.Second)
+		sc.RequireFinish(500 * time.Millisecond)
 
 		Expect(fixtures.MatrixOneReady(GinkgoT().Context(), c.Client, c.Namespace, podSetScaleSpec(1, 1, 1))).To(Succeed())
 		expectUntouched(c, before, last)

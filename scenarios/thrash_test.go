@@ -43,7 +43,7 @@ func thrashSpec() {
 		g.Expect(c.Get(names.Shard, sh)).To(Succeed())
 		g.Expect(sh.Status.Phase).To(Equal(mgv1.PhaseHealthy), "shard: %s", sh.Status.Message)
 	}).WithTimeout(healthyTimeout).Should(Succeed(), "the shard never converged to the last edit (3 replicas)")
-	c.RequireQuiescent(time.Second, 30*time.Second)
+	c.RequireQuiescent(500*time.Millisecond, 30*time.Second)
 
 	expectConvergedTo(c, names, want)
 	AddReportEntry("thrash", thrashSummary(c, edits))

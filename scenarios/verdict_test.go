@@ -211,7 +211,7 @@ var _ = Describe("harness verdicts under Ginkgo", Ordered, ContinueOnFailure, La
 		}, suite.Permits(suite.Modified, "ConfigMap", "spin", "metadata.labels."+loopLabel, "data.n"))
 		sc.RequireStep("delete it", func() error { return c.Delete(plainConfigMap("spin")) },
 			suite.Permits(suite.Deleted, "ConfigMap", "spin"))
-		sc.RequireFinish(time.Second)
+		sc.RequireFinish(500 * time.Millisecond)
 	})
 
 	It("the hot-loop oracle flags the harness's looping ConfigMap controller and names it", func() {
