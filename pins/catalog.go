@@ -16,7 +16,7 @@ var Default = Catalog{
 		Title:   "backup and pool StorageClass checks each write StorageClassValid with their own message",
 		Source:  "the StorageClassValid condition alternated between two messages written by two checks",
 		Default: Fixed,
-		Specs:   []string{"multigres StorageClassValid has one writer: with the backup and the pool class missing its message is stable"},
+		Specs:   []string{"multigres StorageClassValid has one writer: with the backup and the pool class missing its message is stable", "multigres a healthy shard is quiescent for 1 s, its fields owned by the declared field managers"},
 		Retire:  "when the guard has a single writer in the real operator and the switch is removed",
 	},
 	{
