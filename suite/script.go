@@ -3,6 +3,7 @@ package suite
 import (
 	"errors"
 	"fmt"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sort"
 	"strconv"
 	"strings"
@@ -130,17 +131,20 @@ func (sc *Script) Step(name string, do func() error, permits ...Permit) error {
 	sc.c.t.Helper()
 	where := fmt.Sprintf("script %q step %q", sc.name, name)
 	if sc.finished {
-		sc.c.fatalf("suite: %s comes after the script's Finish: start another Case.Script", where)
+		sc.abort("suite: %s comes after the script's Finish: start another Case.Script", where)
 		return nil
 	}
 	leaves, order, err := flattenPermits(permits)
+	if err == nil {
+		err = sc.c.s.watched(leaves)
+	}
 	if err != nil {
-		sc.c.fatalf("suite: %s: %v", where, err)
+		sc.abort("suite: %s: %v", where, err)
 		return nil
 	}
 	if do != nil {
 		if err := do(); err != nil {
-			sc.c.fatalf("suite: %s: the step's action failed: %v", where, err)
+			sc.abort("suite: %s: the step's action failed: %v", where, err)
 			return nil
 		}
 	}
@@ -157,7 +161,7 @@ func (sc *Script) Step(name string, do func() error, permits ...Permit) error {
 			}
 		}
 		if err := sc.c.s.broken(); err != nil {
-			sc.c.fatalf("suite: %s: %v", where, err)
+			sc.abort("suite: %s: %v", where, err)
 			return nil
 		}
 		now := time.Now()
@@ -183,7 +187,7 @@ func (sc *Script) Step(name string, do func() error, permits ...Permit) error {
 		case <-timer.C:
 		case <-sc.c.t.Context().Done():
 			timer.Stop()
-			sc.c.fatalf("suite: %s: the test ended while the step waited: %v", where, sc.c.t.Context().Err())
+			sc.abort("suite: %s: the test ended while the step waited: %v", where, sc.c.t.Context().Err())
 			return nil
 		}
 		timer.Stop()
@@ -229,6 +233,38 @@ func (sc *Script) Finish(within time.Duration) error {
 			return nil
 		}
 	}
+}
+
+// abort fails the test with a harness verdict and ends the script, so the cleanup does not also call it
+// unfinished.
+func (sc *Script) abort(format string, args ...any) {
+	sc.c.t.Helper()
+	sc.c.mu.Lock()
+	sc.finished = true
+	sc.c.mu.Unlock()
+	sc.c.fatalf(format, args...)
+}
+
+// watched checks that every permitted kind is one the event stream watches (Options.WatchKinds): a change
+// of any other kind never reaches a script.
+func (s *Suite) watched(leaves []*permitLeaf) error {
+	kinds := map[string]bool{}
+	for _, k := range s.watchKinds {
+		if gvk, err := apiutil.GVKForObject(k, s.scheme); err == nil {
+			kinds[gvk.Kind] = true
+		}
+	}
+	for _, l := range leaves {
+		if !kinds[l.kind] {
+			names := make([]string, 0, len(kinds))
+			for k := range kinds {
+				names = append(names, k)
+			}
+			sort.Strings(names)
+			return fmt.Errorf("%s: kind %q is not watched, so the step would never see it: add it to Options.WatchKinds, or fix its spelling (watched: %s)", l, l.kind, strings.Join(names, ", "))
+		}
+	}
+	return nil
 }
 
 // fail records a step's verdict, marks it on the case's timeline and returns it.

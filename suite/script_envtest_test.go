@@ -88,6 +88,14 @@ func testScripts(t *testing.T, s *Suite) {
 			t.Fatalf("cleanup errors %q, want the unfinished script named", p.errors)
 		}
 	})
+	t.Run("a kind the stream does not watch", func(t *testing.T) {
+		p, err := probe(t, "unwatched", func(c *Case, sc *Script) error {
+			return sc.Step("create a secret", nil, Permits(Added, "Secret", "s"))
+		})
+		if err != nil || len(p.fatals) != 1 || !strings.Contains(p.fatals[0], `kind "Secret" is not watched`) || strings.Contains(strings.Join(p.errors, "\n"), "never finished") {
+			t.Fatalf("step error %v, fatals %q, errors %q: want one fatal naming the unwatched kind and no unfinished-script complaint", err, p.fatals, p.errors)
+		}
+	})
 	t.Run("a change after the last step", func(t *testing.T) {
 		_, err := probe(t, "late", func(c *Case, sc *Script) error {
 			if err := sc.Step("create a", func() error { return c.Create(cm("a", false)) }, marked("a")); err != nil {
