@@ -86,7 +86,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 }, NodeTimeout(3*time.Minute))
 
 // A label filter that selects no spec (a typo in -ginkgo.label-filter or make's LABELS) fails the run and
-// names the labels there are: without it, go test passes with "0 of 24 specs".
+// names the labels there are: without it, go test passes with "0 of 36 specs", say.
 var _ = ReportAfterSuite("label filter selects a spec", func(r Report) {
 	filter := r.SuiteConfig.LabelFilter
 	if filter == "" {
