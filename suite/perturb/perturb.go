@@ -1,0 +1,278 @@
+// Package perturb names the perturbation points ensemble can set on a case: an API fault answered to a chosen
+// write, a manager restarted right after one, a manager's stale or coalesced view of an object, an external
+// system down or slow. A point is triggered by writes, never by wall time, so a rerun sets it at the same
+// place. Parse and Point.String are inverses, so a point travels as one string: in ENSEMBLE_PERTURB, in make
+// explore's table and in the command that reruns it. See docs/architecture.md §3 Perturbation.
+package perturb
+
+import (
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"strconv"
+	"strings"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+// Mode is what a point does when it fires.
+type Mode string
+
+// The modes. The four API faults answer the write with an error and do not send it; the others let it through.
+const (
+	// Conflict answers the write 409 Conflict, as an update with a stale resourceVersion is answered.
+	Conflict Mode = "conflict"
+	// Throttle answers the write 429 Too Many Requests (retry after 1 s), as API priority and fairness does.
+	Throttle Mode = "throttle"
+	// Internal answers the write 500 Internal Server Error.
+	Internal Mode = "internal"
+	// Timeout answers the write 504 Gateway Timeout, the server's timeout of a request it may not have applied.
+	Timeout Mode = "timeout"
+	// Restart lets the write through, then stops the writer's manager (its later writes are refused, as a
+	// crashed process makes none) and starts a fresh one from the same ManagerOptions, on new caches.
+	Restart Mode = "restart"
+	// Stale lets the write through; from then on the changes of the written object reach the writer's
+	// manager's cache only when the point is released, all of them in order.
+	Stale Mode = "stale"
+	// Coalesce is Stale that delivers only the net last change at release: the intermediate states are never
+	// observed by that manager.
+	Coalesce Mode = "coalesce"
+	// Down makes the external system named System unavailable in the case's namespace from the write until
+	// the point is released.
+	Down Mode = "down"
+	// Slow makes the external system named System answer after Latency from the write until the point is
+	// released.
+	Slow Mode = "slow"
+)
+
+// Modes lists every mode, API faults first.
+var Modes = []Mode{Conflict, Throttle, Internal, Timeout, Restart, Stale, Coalesce, Down, Slow}
+
+// Fault reports whether m answers the write with an error instead of sending it.
+func (m Mode) Fault() bool {
+	return m == Conflict || m == Throttle || m == Internal || m == Timeout
+}
+
+// Held reports whether a point of mode m lasts until it is released (Stale, Coalesce, Down, Slow).
+func (m Mode) Held() bool {
+	return m == Stale || m == Coalesce || m == Down || m == Slow
+}
+
+// Point is one perturbation. Its trigger is a write: the writes of Writer (on Object, when set) in the case's
+// namespace are counted from 1, and the point fires on the Nth, on every Every-th, or on a Rate of them.
+type Point struct {
+	// Mode is what happens when the point fires.
+	Mode Mode
+	// System names the external system of Down and Slow (a suite.External's Name); Latency is Slow's delay.
+	System  string
+	Latency time.Duration
+	// Writer is the manager ("multigres") or the controller ("multigres/multigres-shard") whose writes count.
+	Writer string
+	// Object narrows the counted writes to one object of the case's namespace, "Kind/name"; empty counts all.
+	Object string
+	// Exactly one of Nth (the Nth counted write, from 1), Every (every Every-th) and Rate (a fraction in
+	// (0, 1] of the counted writes, picked by a hash of their number, so a rerun picks the same ones) is set.
+	Nth, Every int
+	Rate       float64
+	// For releases a held mode after this many further writes in the case's namespace (any writer); 0 holds
+	// it until the namespace is otherwise quiet, until Case.Release, or until the case's cleanup begins.
+	For int
+}
+
+// Fires reports whether the point fires on the n-th counted write (from 1).
+func (p Point) Fires(n int) bool {
+	switch {
+	case p.Nth > 0:
+		return n == p.Nth
+	case p.Every > 0:
+		return n%p.Every == 0
+	case p.Rate > 0:
+		h := fnv.New64a()
+		_, _ = fmt.Fprintf(h, "%s#%d", p.String(), n)
+		return float64(h.Sum64()%1_000_000) < p.Rate*1_000_000
+	}
+	return false
+}
+
+// Counts reports whether a write by writer ("manager/controller", or the manager alone outside a pass) on
+// kind/name is one the point counts.
+func (p Point) Counts(writer, kind, name string) bool {
+	if writer != p.Writer && !strings.HasPrefix(writer, p.Writer+"/") {
+		return false
+	}
+	return p.Object == "" || p.Object == kind+"/"+name
+}
+
+// Error is the API error a fault point answers a write on resource/name with; nil for a mode that is no
+// fault. The message names the point, so a log line shows that ensemble, not the API server, refused it.
+func (p Point) Error(resource schema.GroupResource, name string) error {
+	msg := "ensemble: injected by point " + p.String()
+	switch p.Mode {
+	case Conflict:
+		return apierrors.NewConflict(resource, name, errors.New(msg))
+	case Throttle:
+		return apierrors.NewTooManyRequests(msg, 1)
+	case Internal:
+		return apierrors.NewInternalError(errors.New(msg))
+	case Timeout:
+		return apierrors.NewTimeoutError(msg, 1)
+	}
+	return nil
+}
+
+// String renders the point in the form Parse reads:
+//
+//	mode[(system[,latency])]@writer[:Kind/name](#n|%n|~rate)[+for]
+//
+// for example "conflict@multigres/multigres-shard:Shard/mg-db-tg-0#3", "restart@matrixone#5",
+// "stale@multigres/multigres-shard:Pod/mg-db-tg-0-pool-0#1+4" and "slow(hakeeper,200ms)@matrixone%2".
+func (p Point) String() string {
+	var b strings.Builder
+	b.WriteString(string(p.Mode))
+	if p.System != "" {
+		b.WriteString("(" + p.System)
+		if p.Latency > 0 {
+			b.WriteString("," + p.Latency.String())
+		}
+		b.WriteString(")")
+	}
+	b.WriteString("@" + p.Writer)
+	if p.Object != "" {
+		b.WriteString(":" + p.Object)
+	}
+	switch {
+	case p.Nth > 0:
+		b.WriteString("#" + strconv.Itoa(p.Nth))
+	case p.Every > 0:
+		b.WriteString("%" + strconv.Itoa(p.Every))
+	case p.Rate > 0:
+		b.WriteString("~" + strconv.FormatFloat(p.Rate, 'g', -1, 64))
+	}
+	if p.For > 0 {
+		b.WriteString("+" + strconv.Itoa(p.For))
+	}
+	return b.String()
+}
+
+// grammar is repeated in Parse's errors, so a typo is answered with the form to use.
+const grammar = "mode[(system[,latency])]@writer[:Kind/name](#n|%n|~rate)[+for], e.g. conflict@multigres/multigres-shard#3"
+
+// Parse reads a point written as Point.String writes it. Errors: an unknown mode, a system on a mode that
+// takes none (or none on Down and Slow), a latency that is not a positive duration, an empty writer, an
+// object that is not Kind/name, no trigger or a malformed one (n and for are positive integers, rate in
+// (0, 1]), For on a mode that is not held. Each error names the part and the form to use.
+func Parse(s string) (Point, error) {
+	fail := func(format string, args ...any) (Point, error) {
+		return Point{}, fmt.Errorf("perturb: point %q: %s (the form is %s)", s, fmt.Sprintf(format, args...), grammar)
+	}
+	head, rest, ok := strings.Cut(strings.TrimSpace(s), "@")
+	if !ok {
+		return fail("no '@' between the mode and the writer")
+	}
+	var p Point
+	mode, args, hasArgs := strings.Cut(head, "(")
+	p.Mode = Mode(mode)
+	if !known(p.Mode) {
+		return fail("unknown mode %q: use one of %s", mode, modeList())
+	}
+	if hasArgs {
+		if !strings.HasSuffix(args, ")") {
+			return fail("the system's '(' is not closed")
+		}
+		sys, lat, hasLat := strings.Cut(strings.TrimSuffix(args, ")"), ",")
+		p.System = sys
+		if hasLat {
+			d, err := time.ParseDuration(lat)
+			if err != nil || d <= 0 {
+				return fail("latency %q is not a positive duration such as 200ms", lat)
+			}
+			p.Latency = d
+		}
+	}
+	switch {
+	case (p.Mode == Down || p.Mode == Slow) && p.System == "":
+		return fail("mode %s names the external system it acts on, as %s(pooler)", p.Mode, p.Mode)
+	case p.Mode != Down && p.Mode != Slow && hasArgs:
+		return fail("mode %s takes no system", p.Mode)
+	case p.Mode == Slow && p.Latency == 0:
+		return fail("mode slow needs a latency, as slow(%s,200ms)", p.System)
+	case p.Mode == Down && p.Latency != 0:
+		return fail("mode down takes no latency")
+	}
+	i := strings.IndexAny(rest, "#%~")
+	if i < 0 {
+		return fail("no trigger: end the writer with #n (the n-th write), %%n (every n-th) or ~rate")
+	}
+	who, trig := rest[:i], rest[i:]
+	p.Writer, p.Object, _ = strings.Cut(who, ":")
+	if p.Writer == "" || strings.Count(p.Writer, "/") > 1 {
+		return fail("writer %q is not a manager or manager/controller", p.Writer)
+	}
+	if strings.Contains(who, ":") {
+		if k, n, ok := strings.Cut(p.Object, "/"); !ok || k == "" || n == "" || strings.Contains(n, "/") {
+			return fail("object %q is not Kind/name", p.Object)
+		}
+	}
+	trig, hold, hasFor := strings.Cut(trig, "+")
+	if hasFor {
+		n, err := strconv.Atoi(hold)
+		if err != nil || n <= 0 {
+			return fail("+%s is not a positive count of writes", hold)
+		}
+		if !p.Mode.Held() {
+			return fail("+for applies to the held modes (stale, coalesce, down, slow), not %s", p.Mode)
+		}
+		p.For = n
+	}
+	switch trig[0] {
+	case '#', '%':
+		n, err := strconv.Atoi(trig[1:])
+		if err != nil || n <= 0 {
+			return fail("trigger %q is not %c and a positive number", trig, trig[0])
+		}
+		if trig[0] == '#' {
+			p.Nth = n
+		} else {
+			p.Every = n
+		}
+	case '~':
+		r, err := strconv.ParseFloat(trig[1:], 64)
+		if err != nil || r <= 0 || r > 1 {
+			return fail("rate %q is not a fraction in (0, 1]", trig[1:])
+		}
+		p.Rate = r
+	}
+	return p, nil
+}
+
+// ParseList reads points separated by spaces or semicolons (ENSEMBLE_PERTURB's form). Errors: Parse's.
+func ParseList(s string) ([]Point, error) {
+	var out []Point
+	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ';' || r == ' ' || r == '\n' || r == '\t' }) {
+		p, err := Parse(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+func known(m Mode) bool {
+	for _, k := range Modes {
+		if m == k {
+			return true
+		}
+	}
+	return false
+}
+
+func modeList() string {
+	var s []string
+	for _, m := range Modes {
+		s = append(s, string(m))
+	}
+	return strings.Join(s, ", ")
+}

@@ -1,0 +1,118 @@
+package perturb
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+)
+
+func TestParseReadsWhatStringWrites(t *testing.T) {
+	for _, s := range []string{
+		"conflict@multigres/multigres-shard#3",
+		"conflict@multigres/multigres-shard:Shard/mg-db-tg-0#3",
+		"throttle@matrixone%2",
+		"internal@matrixone/cnset~0.25",
+		"timeout@kuberay/raycluster:RayCluster/raycluster-sample#1",
+		"restart@multigres/multigres-shard#5",
+		"stale@multigres/multigres-shard:Pod/mg-db-tg-0-pool-0#1+4",
+		"coalesce@matrixone/cnclaim#2",
+		"down(pooler)@multigres/multigres-shard#2+10",
+		"slow(hakeeper,200ms)@matrixone%2",
+	} {
+		p, err := Parse(s)
+		if err != nil {
+			t.Errorf("Parse(%q): %v", s, err)
+			continue
+		}
+		if got := p.String(); got != s {
+			t.Errorf("Parse(%q).String() = %q", s, got)
+		}
+	}
+	p, _ := Parse("slow(hakeeper,200ms)@matrixone:CNClaim/c-0%2+3")
+	want := Point{Mode: Slow, System: "hakeeper", Latency: 200 * time.Millisecond, Writer: "matrixone", Object: "CNClaim/c-0", Every: 2, For: 3}
+	if p != want {
+		t.Errorf("Parse = %+v, want %+v", p, want)
+	}
+}
+
+func TestParseNamesWhatIsWrong(t *testing.T) {
+	for s, want := range map[string]string{
+		"conflict multigres#3":          "no '@'",
+		"explode@multigres#3":           `unknown mode "explode": use one of conflict, throttle`,
+		"down@multigres#3":              "names the external system",
+		"conflict(pooler)@multigres#3":  "takes no system",
+		"slow(pooler)@multigres#3":      "needs a latency",
+		"slow(pooler,fast)@multigres#3": `latency "fast"`,
+		"conflict@multigres":            "no trigger",
+		"conflict@#3":                   `writer "" is not`,
+		"conflict@a/b/c#3":              `writer "a/b/c" is not`,
+		"conflict@multigres:Shard#3":    `object "Shard" is not Kind/name`,
+		"conflict@multigres#0":          "positive number",
+		"conflict@multigres%x":          "positive number",
+		"conflict@multigres~1.5":        "fraction in (0, 1]",
+		"conflict@multigres#3+2":        "applies to the held modes",
+		"stale@multigres#3+0":           "positive count",
+	} {
+		_, err := Parse(s)
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "the form is") {
+			t.Errorf("Parse(%q) = %v, want an error with %q and the form", s, err, want)
+		}
+	}
+}
+
+func TestFiresAndCounts(t *testing.T) {
+	nth := Point{Mode: Conflict, Writer: "m/c", Nth: 3}
+	every := Point{Mode: Conflict, Writer: "m", Every: 2}
+	rate := Point{Mode: Conflict, Writer: "m", Rate: 0.3}
+	var fired []int
+	hits := 0
+	for n := 1; n <= 1000; n++ {
+		if nth.Fires(n) {
+			fired = append(fired, n)
+		}
+		if rate.Fires(n) {
+			hits++
+		}
+		if rate.Fires(n) != rate.Fires(n) {
+			t.Fatalf("rate point is not deterministic at %d", n)
+		}
+	}
+	if len(fired) != 1 || fired[0] != 3 {
+		t.Errorf("#3 fired at %v", fired)
+	}
+	if !every.Fires(4) || every.Fires(5) {
+		t.Error("%2 must fire on 4 and not on 5")
+	}
+	if hits < 250 || hits > 350 {
+		t.Errorf("~0.3 fired %d times in 1000", hits)
+	}
+	if !nth.Counts("m/c", "Shard", "a") || nth.Counts("m/cx", "Shard", "a") || nth.Counts("m", "Shard", "a") {
+		t.Error("writer m/c counts only m/c's writes")
+	}
+	if !every.Counts("m/c", "Shard", "a") || !every.Counts("m", "Shard", "a") || every.Counts("mx/c", "Shard", "a") {
+		t.Error("writer m counts every write of manager m")
+	}
+	obj := Point{Mode: Conflict, Writer: "m", Object: "Shard/a", Nth: 1}
+	if !obj.Counts("m/c", "Shard", "a") || obj.Counts("m/c", "Shard", "b") {
+		t.Error("an object narrows the counted writes to it")
+	}
+}
+
+func TestErrorIsTheAPIServersKind(t *testing.T) {
+	gr := schema.GroupResource{Group: "multigres.com", Resource: "shards"}
+	for m, is := range map[Mode]func(error) bool{
+		Conflict: apierrors.IsConflict, Throttle: apierrors.IsTooManyRequests,
+		Internal: apierrors.IsInternalError, Timeout: apierrors.IsTimeout,
+	} {
+		err := Point{Mode: m, Writer: "m", Nth: 1}.Error(gr, "a")
+		if !is(err) || !strings.Contains(err.Error(), "injected by point "+string(m)+"@m#1") {
+			t.Errorf("%s: %v", m, err)
+		}
+	}
+	if (Point{Mode: Restart}).Error(gr, "a") != nil {
+		t.Error("restart is no fault")
+	}
+}
