@@ -116,3 +116,36 @@ func TestErrorIsTheAPIServersKind(t *testing.T) {
 		t.Error("restart is no fault")
 	}
 }
+
+func TestDiffComparesFieldByFieldAndLeavesOutVolatileFields(t *testing.T) {
+	base := map[string]map[string]string{
+		"Shard/a": {"status.phase": "Healthy", "status.observedGeneration": "2", "status.started": "x1", "spec.replicas": "3"},
+		"Pod/p-0": {"spec.nodeName": "n"},
+		"Pod/odd": {"spec.nodeName": "n"},
+	}
+	base2 := map[string]map[string]string{
+		"Shard/a": {"status.phase": "Healthy", "status.observedGeneration": "3", "status.started": "x2", "spec.replicas": "3"},
+		"Pod/p-0": {"spec.nodeName": "n"},
+	}
+	got := map[string]map[string]string{
+		"Shard/a": {"status.phase": "Progressing", "status.observedGeneration": "9", "status.started": "x9", "status.extra": "1"},
+		"Pod/p-1": {"spec.nodeName": "n"},
+	}
+	want := []string{
+		"Pod/p-0: missing (the unperturbed run ended with it)",
+		"Pod/p-1: unexpected (the unperturbed run ended without it)",
+		"Shard/a spec.replicas: 3 -> <absent>",
+		"Shard/a status.extra: <absent> -> 1",
+		"Shard/a status.phase: Healthy -> Progressing",
+	}
+	d := Diff([]map[string]map[string]string{base, base2}, got)
+	if strings.Join(d, "\n") != strings.Join(want, "\n") {
+		t.Errorf("Diff:\n%s\nwant:\n%s", strings.Join(d, "\n"), strings.Join(want, "\n"))
+	}
+	if d := Diff([]map[string]map[string]string{base}, base); len(d) != 0 {
+		t.Errorf("a run equal to its baseline differs: %v", d)
+	}
+	if Diff(nil, got) != nil {
+		t.Error("no baseline, no difference")
+	}
+}

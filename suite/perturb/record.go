@@ -1,0 +1,140 @@
+package perturb
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Record is what one case did, as a case writes it at its cleanup when ENSEMBLE_EXPLORE names a directory:
+// its writes (from which make explore enumerates points), the points set on it and where they fired, and
+// its end state (which the differential oracle compares). One JSON file per case.
+type Record struct {
+	// Spec is the test's name (Ginkgo's full spec text); Namespace the case's namespace.
+	Spec      string `json:"spec"`
+	Namespace string `json:"namespace"`
+	// Points are the points set on the case, as strings; Fired names each firing, "point at Kind/name
+	// (verb by writer)", in order.
+	Points []string `json:"points,omitempty"`
+	Fired  []string `json:"fired,omitempty"`
+	// Externals are the external systems the suite registered (suite.Options.Externals), for down and slow
+	// points.
+	Externals []string `json:"externals,omitempty"`
+	// Writes are the case's writes by operators and fakes (not the spec's own), oldest first.
+	Writes []RecordWrite `json:"writes"`
+	// EndState maps "Kind/name" to the object's leaf fields as the event stream flattens them, with the
+	// volatile ones left out (see Volatile) and the namespace written as "<namespace>". Objects created
+	// with generateName are keyed "Kind/<generateName>*" and numbered in the order of their content.
+	EndState map[string]map[string]string `json:"endState"`
+	// Failed is the test's verdict at the case's cleanup; Failures are the cleanup's own failures (oracles,
+	// scripts, invariants, deletion hygiene), first lines only.
+	Failed   bool     `json:"failed"`
+	Failures []string `json:"failures,omitempty"`
+}
+
+// RecordWrite is one write of a Record: its writer ("manager/controller", or the manager alone outside a
+// pass), its object ("Kind/name"), verb and subresource, and whether the API server refused it.
+type RecordWrite struct {
+	Writer      string `json:"writer"`
+	Object      string `json:"object"`
+	Verb        string `json:"verb"`
+	Subresource string `json:"subresource,omitempty"`
+	Rejected    bool   `json:"rejected,omitempty"`
+}
+
+// Volatile reports whether a flattened field path differs from run to run by nature (identifiers, counters
+// of writes, addresses a run hands out), so the differential oracle never compares it.
+func Volatile(path string) bool {
+	last := path
+	if i := strings.LastIndex(path, "."); i >= 0 {
+		last = path[i+1:]
+	}
+	switch last {
+	case "uid", "generation", "observedGeneration", "podIP", "hostIP", "ip", "containerID", "imageID", "holderIdentity", "leaseTransitions":
+		return true
+	}
+	return path == "metadata.namespace" || path == "metadata.name" || strings.HasPrefix(path, "status.podIPs") ||
+		strings.HasPrefix(path, "status.hostIPs") || strings.HasSuffix(path, "resourceVersion")
+}
+
+// Diff compares a perturbed run's end state with the unperturbed runs' and returns the differences field by
+// field, "Kind/name path: want -> got" (or "Kind/name: missing" / "Kind/name: unexpected"), sorted. A field
+// whose value differs between the unperturbed runs themselves is volatile for this spec and not compared;
+// with one baseline only Volatile's fields are left out. No baseline: nil.
+func Diff(baselines []map[string]map[string]string, got map[string]map[string]string) []string {
+	if len(baselines) == 0 {
+		return nil
+	}
+	want := baselines[0]
+	var out []string
+	for obj, fields := range want {
+		g, ok := got[obj]
+		if !ok {
+			if inEvery(baselines, obj) {
+				out = append(out, obj+": missing (the unperturbed run ended with it)")
+			}
+			continue
+		}
+		for path, w := range fields {
+			if volatileHere(baselines, obj, path) {
+				continue
+			}
+			gv, ok := g[path]
+			switch {
+			case !ok:
+				out = append(out, fmt.Sprintf("%s %s: %s -> <absent>", obj, path, w))
+			case gv != w:
+				out = append(out, fmt.Sprintf("%s %s: %s -> %s", obj, path, w, gv))
+			}
+		}
+		for path, gv := range g {
+			if _, ok := fields[path]; !ok && !volatileHere(baselines, obj, path) {
+				out = append(out, fmt.Sprintf("%s %s: <absent> -> %s", obj, path, gv))
+			}
+		}
+	}
+	for obj := range got {
+		if _, ok := want[obj]; !ok && !inAny(baselines, obj) {
+			out = append(out, obj+": unexpected (the unperturbed run ended without it)")
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// volatileHere reports whether obj's path is left out: volatile by nature, or not the same in every baseline.
+func volatileHere(baselines []map[string]map[string]string, obj, path string) bool {
+	if Volatile(path) {
+		return true
+	}
+	first, firstOK := baselines[0][obj][path]
+	for _, b := range baselines[1:] {
+		fields, ok := b[obj]
+		if !ok {
+			return true
+		}
+		v, ok := fields[path]
+		if ok != firstOK || v != first {
+			return true
+		}
+	}
+	return false
+}
+
+func inEvery(baselines []map[string]map[string]string, obj string) bool {
+	for _, b := range baselines {
+		if _, ok := b[obj]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func inAny(baselines []map[string]map[string]string, obj string) bool {
+	for _, b := range baselines {
+		if _, ok := b[obj]; ok {
+			return true
+		}
+	}
+	return false
+}
