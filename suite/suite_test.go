@@ -355,7 +355,7 @@ func TestSubresourceCreateKeepsNoResourceVersion(t *testing.T) {
 	})
 	b := newBroadcast()
 	s := &Suite{rec: newRecorder(scheme, b)}
-	c := s.recordingClient(base, "dataplane", "")
+	c := s.recordingClient(base, "dataplane", "", nil)
 	binding := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}, Target: corev1.ObjectReference{Kind: "Node", Name: "n"}}
 	if err := c.SubResource("binding").Create(t.Context(), pod, binding); err != nil {
 		t.Fatal(err)
