@@ -158,6 +158,8 @@ type Manager struct {
 	once sync.Once
 	err  error
 	s    *Suite
+	// holds holds back the changes of chosen objects from this manager's informers (Stale, Coalesce).
+	holds *holds
 }
 
 // Stop stops the manager and waits (bounded by Options.StopTimeout) for its controllers to return.
@@ -404,9 +406,10 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 	if leNS == "" {
 		leNS = "default"
 	}
+	h := newHolds(scheme)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
-		Cache:                         mo.Cache,
+		Cache:                         h.wrapCache(mo.Cache),
 		Metrics:                       metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:        "0",
 		LeaderElection:                mo.LeaderElection,
@@ -433,7 +436,7 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 		return nil, wm.err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &Manager{Name: mo.Name, mgr: mgr, stop: cancel, done: make(chan error, 1), s: s}
+	m := &Manager{Name: mo.Name, mgr: mgr, stop: cancel, done: make(chan error, 1), s: s, holds: h}
 	go func() {
 		err := mgr.Start(ctx)
 		if err != nil && ctx.Err() == nil {
