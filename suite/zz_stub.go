@@ -5,18 +5,7 @@ package suite
 import (
 	"fmt"
 	"time"
-
-	"k8s.io/apimachinery/pkg/runtime"
-	"sigs.k8s.io/controller-runtime/pkg/cache"
 )
-
-type holds struct{}
-
-var _ = map[string]External(nil)
-
-func newHolds(*runtime.Scheme) *holds                      { return &holds{} }
-func (h *holds) wrapCache(o cache.Options) cache.Options   { return o }
-func (h *holds) hold(kind, ns, name string, c bool) func() { return func() {} }
 
 type External struct {
 	Name string

@@ -1,0 +1,512 @@
+package suite
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	"go.uber.org/goleak"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+	toolscache "k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	"github.com/ensembletest/ensemble/internal/controlplane"
+)
+
+// fakeListWatch is an informer's ListerWatcher whose every watch is a FakeWatcher the test drives.
+type fakeListWatch struct {
+	mu      sync.Mutex
+	watches []*watch.FakeWatcher
+}
+
+// List answers an empty list at resourceVersion 100.
+func (f *fakeListWatch) List(metav1.ListOptions) (runtime.Object, error) {
+	return &corev1.ConfigMapList{ListMeta: metav1.ListMeta{ResourceVersion: "100"}}, nil
+}
+
+// Watch opens a new FakeWatcher with room for 64 events, so the test can send without a reader.
+func (f *fakeListWatch) Watch(metav1.ListOptions) (watch.Interface, error) {
+	fw := watch.NewFakeWithChanSize(64, false)
+	f.mu.Lock()
+	f.watches = append(f.watches, fw)
+	f.mu.Unlock()
+	return fw, nil
+}
+
+// last is the FakeWatcher of the latest Watch.
+func (f *fakeListWatch) last() *watch.FakeWatcher {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.watches[len(f.watches)-1]
+}
+
+// heldListWatch builds holds and one informer of example's kind over a fakeListWatch, through wrapCache
+// over an operator's own NewInformer (which only keeps the ListerWatcher it is handed).
+func heldListWatch(t *testing.T, example runtime.Object) (*holds, toolscache.ListerWatcherWithContext, *fakeListWatch) {
+	t.Helper()
+	h := newHolds(newScheme())
+	var got toolscache.ListerWatcher
+	o := h.wrapCache(cache.Options{NewInformer: func(lw toolscache.ListerWatcher, _ runtime.Object, _ time.Duration, _ toolscache.Indexers) toolscache.SharedIndexInformer {
+		got = lw
+		return nil
+	}})
+	f := &fakeListWatch{}
+	o.NewInformer(f, example, 0, nil)
+	lw, ok := got.(*heldInformer)
+	if !ok {
+		t.Fatalf("the operator's NewInformer was handed %T, want the holds' ListerWatcher", got)
+	}
+	return h, lw, f
+}
+
+// cmAt is ConfigMap ns/name at resourceVersion rv with data.v = v.
+func cmAt(name string, rv int, v string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, ResourceVersion: strconv.Itoa(rv)},
+		Data: map[string]string{"v": v}}
+}
+
+// eventLine renders an event as "TYPE name rv v", or "BOOKMARK rv" (with the object's Go type and kind when
+// withType), for comparing sequences.
+func eventLine(ev watch.Event, withType bool) string {
+	a, err := meta.Accessor(ev.Object)
+	if err != nil {
+		return fmt.Sprintf("%s %T", ev.Type, ev.Object)
+	}
+	if ev.Type == watch.Bookmark {
+		if withType {
+			return fmt.Sprintf("BOOKMARK %s %T %s", a.GetResourceVersion(), ev.Object, ev.Object.GetObjectKind().GroupVersionKind().Kind)
+		}
+		return "BOOKMARK " + a.GetResourceVersion()
+	}
+	v := ""
+	if cm, ok := ev.Object.(*corev1.ConfigMap); ok {
+		v = cm.Data["v"]
+	}
+	return fmt.Sprintf("%s %s %s %s", ev.Type, a.GetName(), a.GetResourceVersion(), v)
+}
+
+// next reads n events of w as eventLine renders them; a watch that delivers fewer within 10 s fails the test.
+func next(t *testing.T, w watch.Interface, n int) []string {
+	t.Helper()
+	return nextTyped(t, w, n, false)
+}
+
+// nextTyped is next, with the Go type and kind of bookmarks when withType.
+func nextTyped(t *testing.T, w watch.Interface, n int, withType bool) []string {
+	t.Helper()
+	var out []string
+	for range n {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				t.Fatalf("the watch closed after %q", out)
+			}
+			out = append(out, eventLine(ev, withType))
+		case <-time.After(10 * time.Second):
+			t.Fatalf("got %q, then nothing for 10 s", out)
+		}
+	}
+	return out
+}
+
+// watchFrom opens a watch on lw from resourceVersion rv (a continuation, not a relist).
+func watchFrom(t *testing.T, lw toolscache.ListerWatcherWithContext, rv string) watch.Interface {
+	t.Helper()
+	w, err := lw.WatchWithContext(t.Context(), metav1.ListOptions{ResourceVersion: rv})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// heldConfigMapWatch is heldListWatch's ConfigMap informer with a watch open from resourceVersion 0 and
+// the FakeWatcher behind it; the watch is stopped and goroutines checked for leaks when the test ends.
+func heldConfigMapWatch(t *testing.T) (*holds, watch.Interface, *watch.FakeWatcher) {
+	t.Helper()
+	before := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, before) })
+	h, lw, f := heldListWatch(t, &corev1.ConfigMap{})
+	w := watchFrom(t, lw, "0")
+	t.Cleanup(w.Stop)
+	return h, w, f.last()
+}
+
+// TestHeldWatchOrder: a held object's events leave the stream, the others and bookmarks pass in order,
+// release delivers the held ones in order followed by a bookmark at the newest resourceVersion read, and the
+// object then flows again.
+func TestHeldWatchOrder(t *testing.T) {
+	h, w, fw := heldConfigMapWatch(t)
+	release := h.hold("ConfigMap", "ns", "a", false)
+	other := h.hold("ConfigMap", "elsewhere", "a", false)
+	defer other()
+	fw.Add(cmAt("a", 1, "1"))
+	fw.Add(cmAt("b", 2, "1"))
+	fw.Modify(cmAt("a", 3, "2"))
+	fw.Action(watch.Bookmark, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "4"}})
+	fw.Modify(cmAt("b", 5, "2"))
+	g := NewWithT(t)
+	g.Expect(next(t, w, 3)).To(Equal([]string{"ADDED b 2 1", "BOOKMARK 4", "MODIFIED b 5 2"}))
+	release()
+	release()
+	fw.Modify(cmAt("c", 6, "1"))
+	fw.Modify(cmAt("a", 7, "3"))
+	g.Expect(next(t, w, 5)).To(Equal([]string{"ADDED a 1 1", "MODIFIED a 3 2", "BOOKMARK 5", "MODIFIED c 6 1", "MODIFIED a 7 3"}),
+		"release delivers the held events in order, once, before what comes after it; then a flows again")
+	// Left unread: Stop must end the goroutine that would hand it over (goleak checks).
+	fw.Modify(cmAt("c", 8, "2"))
+}
+
+// TestHeldWatchCoalesce: a coalescing hold delivers the net change: one MODIFIED, one DELETED, one ADDED,
+// or nothing (not even a bookmark) for an object added and deleted while held.
+func TestHeldWatchCoalesce(t *testing.T) {
+	h, w, fw := heldConfigMapWatch(t)
+	g := NewWithT(t)
+	// Each object is held, sent its events (the i-th at resourceVersion base+i with data.v i), shown held by a
+	// marker at base+10 that passes, released, and checked for the one net event (with the last event's
+	// object) and a bookmark, or nothing, before the next marker.
+	base := 0
+	for _, tc := range []struct {
+		held string
+		sent []watch.EventType
+		net  watch.EventType
+	}{
+		{"a", []watch.EventType{watch.Modified, watch.Modified, watch.Modified}, watch.Modified},
+		{"ghost", []watch.EventType{watch.Added, watch.Deleted}, ""},
+		{"a", []watch.EventType{watch.Modified, watch.Deleted}, watch.Deleted},
+		{"n", []watch.EventType{watch.Added, watch.Modified}, watch.Added},
+	} {
+		release := h.hold("ConfigMap", "ns", tc.held, true)
+		for i, typ := range tc.sent {
+			fw.Action(typ, cmAt(tc.held, base+i+1, strconv.Itoa(i+1)))
+		}
+		fw.Modify(cmAt("marker", base+10, "held"))
+		g.Expect(next(t, w, 1)).To(Equal([]string{fmt.Sprintf("MODIFIED marker %d held", base+10)}))
+		release()
+		fw.Modify(cmAt("marker", base+11, "released"))
+		var want []string
+		if n := len(tc.sent); tc.net != "" {
+			want = []string{fmt.Sprintf("%s %s %d %d", tc.net, tc.held, base+n, n), fmt.Sprintf("BOOKMARK %d", base+10)}
+		}
+		want = append(want, fmt.Sprintf("MODIFIED marker %d released", base+11))
+		g.Expect(next(t, w, len(want))).To(Equal(want), "held %s through %v", tc.held, tc.sent)
+		base += 11
+	}
+}
+
+// TestHeldWatchNests: an object held twice flows again only when both holds were released; a release called
+// twice ends its own claim only; one hold that asked for every event makes the delivery ordered.
+func TestHeldWatchNests(t *testing.T) {
+	h, w, fw := heldConfigMapWatch(t)
+	g := NewWithT(t)
+	stale := h.hold("ConfigMap", "ns", "a", false)
+	coalesce := h.hold("ConfigMap", "ns", "a", true)
+	fw.Modify(cmAt("a", 1, "1"))
+	fw.Modify(cmAt("a", 2, "2"))
+	var wg sync.WaitGroup
+	for range 4 {
+		wg.Go(stale)
+	}
+	wg.Wait()
+	fw.Modify(cmAt("b", 3, "1"))
+	g.Expect(next(t, w, 1)).To(Equal([]string{"MODIFIED b 3 1"}), "one of two holds released: a is still held")
+	coalesce()
+	fw.Modify(cmAt("b", 4, "2"))
+	g.Expect(next(t, w, 4)).To(Equal([]string{"MODIFIED a 1 1", "MODIFIED a 2 2", "BOOKMARK 3", "MODIFIED b 4 2"}))
+
+	one, two := h.hold("ConfigMap", "ns", "a", true), h.hold("ConfigMap", "ns", "a", true)
+	fw.Modify(cmAt("a", 5, "3"))
+	fw.Modify(cmAt("a", 6, "4"))
+	fw.Modify(cmAt("b", 7, "3"))
+	g.Expect(next(t, w, 1)).To(Equal([]string{"MODIFIED b 7 3"}))
+	one()
+	two()
+	fw.Modify(cmAt("b", 8, "4"))
+	g.Expect(next(t, w, 3)).To(Equal([]string{"MODIFIED a 6 4", "BOOKMARK 7", "MODIFIED b 8 4"}), "two coalescing holds coalesce")
+}
+
+// TestHeldWatchRelistAndRestart: events held by a watch the informer stopped are dropped when it relists
+// (a list, or a watch that streams the initial state), and delivered by the next watch when it only restarts
+// from its last resourceVersion, once even if that watch sends them again. Stopping a watch that still has
+// events to hand over leaves no goroutine.
+func TestHeldWatchRelistAndRestart(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	heldThenStopped := func(t *testing.T) (*holds, toolscache.ListerWatcherWithContext, *fakeListWatch, func()) {
+		g := NewWithT(t)
+		h, lw, f := heldListWatch(t, &corev1.ConfigMap{})
+		w := watchFrom(t, lw, "0")
+		release := h.hold("ConfigMap", "ns", "a", false)
+		f.last().Modify(cmAt("a", 2, "1"))
+		f.last().Modify(cmAt("b", 3, "1"))
+		g.Expect(next(t, w, 1)).To(Equal([]string{"MODIFIED b 3 1"}))
+		w.Stop()
+		_, open := <-w.ResultChan()
+		g.Expect(open).To(BeFalse(), "a stopped watch's channel is closed")
+		return h, lw, f, release
+	}
+
+	t.Run("list", func(t *testing.T) {
+		g := NewWithT(t)
+		_, lw, f, release := heldThenStopped(t)
+		if _, err := lw.ListWithContext(t.Context(), metav1.ListOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		w := watchFrom(t, lw, "100")
+		defer w.Stop()
+		release()
+		f.last().Modify(cmAt("b", 101, "3"))
+		g.Expect(next(t, w, 1)).To(Equal([]string{"MODIFIED b 101 3"}), "events held before a relist were delivered after it")
+	})
+	t.Run("watch-list", func(t *testing.T) {
+		g := NewWithT(t)
+		h, lw, f, release := heldThenStopped(t)
+		w, err := lw.WatchWithContext(t.Context(), metav1.ListOptions{SendInitialEvents: ptr.To(true)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.Stop()
+		fw := f.last()
+		again := h.hold("ConfigMap", "ns", "a", false)
+		fw.Add(cmAt("a", 2, "1"))
+		fw.Add(cmAt("b", 4, "2"))
+		end := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{ResourceVersion: "5", Annotations: map[string]string{metav1.InitialEventsAnnotationKey: "true"}}}
+		fw.Action(watch.Bookmark, end)
+		release()
+		fw.Modify(cmAt("a", 6, "2"))
+		fw.Modify(cmAt("b", 7, "3"))
+		g.Expect(next(t, w, 4)).To(Equal([]string{"ADDED a 2 1", "ADDED b 4 2", "BOOKMARK 5", "MODIFIED b 7 3"}),
+			"the initial state passes though a is held, the events held before are dropped, a's later change is held")
+		again()
+		fw.Modify(cmAt("b", 8, "4"))
+		g.Expect(next(t, w, 3)).To(Equal([]string{"MODIFIED a 6 2", "BOOKMARK 7", "MODIFIED b 8 4"}))
+	})
+	t.Run("restart", func(t *testing.T) {
+		g := NewWithT(t)
+		_, lw, f, release := heldThenStopped(t)
+		w := watchFrom(t, lw, "1")
+		defer w.Stop()
+		fw := f.last()
+		// Restarted from an older resourceVersion, the watch sends a's held change again: it is kept once.
+		fw.Modify(cmAt("a", 2, "1"))
+		fw.Modify(cmAt("b", 3, "1"))
+		fw.Modify(cmAt("b", 4, "2"))
+		g.Expect(next(t, w, 2)).To(Equal([]string{"MODIFIED b 3 1", "MODIFIED b 4 2"}))
+		release()
+		fw.Modify(cmAt("b", 5, "3"))
+		g.Expect(next(t, w, 3)).To(Equal([]string{"MODIFIED a 2 1", "BOOKMARK 4", "MODIFIED b 5 3"}))
+	})
+	t.Run("released between watches", func(t *testing.T) {
+		g := NewWithT(t)
+		_, lw, f, release := heldThenStopped(t)
+		release()
+		w := watchFrom(t, lw, "3")
+		defer w.Stop()
+		f.last().Modify(cmAt("b", 5, "3"))
+		g.Expect(next(t, w, 3)).To(Equal([]string{"MODIFIED a 2 1", "BOOKMARK 3", "MODIFIED b 5 3"}))
+	})
+}
+
+// TestHeldWatchDynamicKinds: the kind of an unstructured or metadata-only informer comes from its example
+// object, and the bookmark after a release has the example's Go type and kind (the reflector drops any other).
+func TestHeldWatchDynamicKinds(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	gvk := schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(gvk)
+	p := &metav1.PartialObjectMetadata{}
+	p.SetGroupVersionKind(gvk)
+	for _, example := range []client.Object{u, p} {
+		t.Run(fmt.Sprintf("%T", example), func(t *testing.T) {
+			h, lw, f := heldListWatch(t, example)
+			w := watchFrom(t, lw, "0")
+			defer w.Stop()
+			obj := func(name string, rv int) runtime.Object {
+				o := example.DeepCopyObject().(client.Object)
+				o.SetNamespace("ns")
+				o.SetName(name)
+				o.SetResourceVersion(strconv.Itoa(rv))
+				return o
+			}
+			release := h.hold("ConfigMap", "ns", "a", false)
+			f.last().Modify(obj("a", 1))
+			f.last().Modify(obj("b", 2))
+			NewWithT(t).Expect(next(t, w, 1)).To(Equal([]string{"MODIFIED b 2 "}))
+			release()
+			NewWithT(t).Expect(nextTyped(t, w, 2, true)).To(Equal([]string{"MODIFIED a 1 ", fmt.Sprintf("BOOKMARK 2 %T ConfigMap", example)}))
+		})
+	}
+}
+
+// cmEvents records what one manager's ConfigMap informer hands its event handlers, per object name.
+type cmEvents struct {
+	mu sync.Mutex
+	ns string
+	by map[string][]string
+}
+
+func (e *cmEvents) add(o any, line string) {
+	cm, ok := o.(*corev1.ConfigMap)
+	if !ok || cm.Namespace != e.ns {
+		return
+	}
+	e.mu.Lock()
+	e.by[cm.Name] = append(e.by[cm.Name], line)
+	e.mu.Unlock()
+}
+
+// of returns the events seen for name, e.g. ["added 0", "updated 0->1", "deleted 1"].
+func (e *cmEvents) of(name string) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return append([]string(nil), e.by[name]...)
+}
+
+func (e *cmEvents) handler() toolscache.ResourceEventHandler {
+	v := func(o any) string {
+		if cm, ok := o.(*corev1.ConfigMap); ok {
+			return cm.Data["v"]
+		}
+		return "?"
+	}
+	return toolscache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { e.add(o, "added "+v(o)) },
+		UpdateFunc: func(old, o any) { e.add(o, "updated "+v(old)+"->"+v(o)) },
+		DeleteFunc: func(o any) {
+			if d, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
+				o = d.Obj
+			}
+			e.add(o, "deleted "+v(o))
+		},
+	}
+}
+
+// TestHolds runs holds on a real manager's cache: while an object is held the manager's cache and event
+// handlers keep its pre-hold state though the API server and the suite's stream have moved on, other
+// objects flow; at release a stale hold delivers every update in order, a coalescing one exactly one, and a
+// coalescing hold on an object created and deleted meanwhile delivers nothing; holds nest.
+func TestHolds(t *testing.T) {
+	if _, err := controlplane.AssetsDir(); err != nil {
+		t.Fatal(err)
+	}
+	before := goleak.IgnoreCurrent()
+	t.Cleanup(func() { goleak.VerifyNone(t, before) })
+	s, err := Boot(t.Context(), Options{Scheme: newScheme(), WatchKinds: []client.Object{&corev1.ConfigMap{}},
+		Pins: catalog{}, KubeControllers: []string{}, CleanupTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	c := s.NewCase(t)
+	c.OptOut(Convergence, "the manager runs no controller: an event handler on its cache observes the holds")
+	seen := &cmEvents{ns: c.Namespace, by: map[string][]string{}}
+	m, err := s.StartManager(ManagerOptions{Name: "viewer", Register: func(mgr manager.Manager) error {
+		inf, err := mgr.GetCache().GetInformer(context.Background(), &corev1.ConfigMap{})
+		if err != nil {
+			return err
+		}
+		_, err = inf.AddEventHandler(seen.handler())
+		return err
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m.Stop() })
+	ctx := t.Context()
+	g := NewWithT(t)
+	key := func(name string) client.ObjectKey { return client.ObjectKey{Namespace: c.Namespace, Name: name} }
+	value := func(r client.Reader, name string) string {
+		cm := &corev1.ConfigMap{}
+		if err := r.Get(ctx, key(name), cm); err != nil {
+			return err.Error()
+		}
+		return cm.Data["v"]
+	}
+	set := func(name, v string) {
+		t.Helper()
+		cm := &corev1.ConfigMap{}
+		g.Expect(s.Client.Get(ctx, key(name), cm)).To(Succeed())
+		cm.Data = map[string]string{"v": v}
+		g.Expect(s.Client.Update(ctx, cm)).To(Succeed())
+	}
+	// flow updates the free ConfigMap and waits for the manager's handler to see it: the watch delivers in
+	// resourceVersion order, so every change written before has passed the holds by then.
+	free := 0
+	flow := func() {
+		t.Helper()
+		free++
+		set("free", strconv.Itoa(free))
+		g.Eventually(seen.of).WithArguments("free").WithTimeout(10*time.Second).Should(ContainElement(HaveSuffix(fmt.Sprintf("->%d", free))),
+			"another ConfigMap's change did not reach the manager")
+	}
+	for _, name := range []string{"free", "stale", "coalesced"} {
+		g.Expect(c.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"v": "0"}})).To(Succeed())
+		g.Eventually(seen.of).WithArguments(name).WithTimeout(10 * time.Second).Should(Equal([]string{"added 0"}))
+	}
+	reader := m.mgr.GetCache()
+
+	for _, tc := range []struct {
+		name     string
+		coalesce bool
+		want     []string
+	}{
+		{"stale", false, []string{"added 0", "updated 0->1", "updated 1->2", "updated 2->3"}},
+		{"coalesced", true, []string{"added 0", "updated 0->3"}},
+	} {
+		release := m.holds.hold("ConfigMap", c.Namespace, tc.name, tc.coalesce)
+		for v := 1; v <= 3; v++ {
+			set(tc.name, strconv.Itoa(v))
+		}
+		flow()
+		g.Expect(value(reader, tc.name)).To(Equal("0"), "%s: the manager's cache read past the hold", tc.name)
+		g.Expect(seen.of(tc.name)).To(Equal([]string{"added 0"}), "%s: a held change reached the manager's handler", tc.name)
+		g.Expect(value(s.Client, tc.name)).To(Equal("3"), "%s: the API server", tc.name)
+		g.Expect(value(s.reader, tc.name)).To(Equal("3"), "%s: the suite's stream reader is held too", tc.name)
+		g.Expect(c.Changes(ChangeFilter{Name: tc.name, Type: Modified})).To(HaveLen(3), "%s: the stream's changes", tc.name)
+		release()
+		flow()
+		g.Expect(seen.of(tc.name)).To(Equal(tc.want), "%s: after release", tc.name)
+		g.Expect(value(reader, tc.name)).To(Equal("3"), "%s: the manager's cache after release", tc.name)
+	}
+
+	// Created and deleted while held with coalesce: the manager never sees it.
+	ghost := m.holds.hold("ConfigMap", c.Namespace, "ghost", true)
+	g.Expect(c.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "ghost"}, Data: map[string]string{"v": "0"}})).To(Succeed())
+	g.Expect(s.Client.Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: "ghost"}})).To(Succeed())
+	flow()
+	g.Expect(c.Changes(ChangeFilter{Name: "ghost"})).To(HaveLen(2), "the stream saw the ghost come and go")
+	ghost()
+	flow()
+	g.Expect(seen.of("ghost")).To(BeEmpty(), "a coalesced create-then-delete reached the manager")
+	g.Expect(apierrors.IsNotFound(reader.Get(ctx, key("ghost"), &corev1.ConfigMap{}))).To(BeTrue())
+
+	// Nested holds: the object flows again only when both were released, each release ending its own claim.
+	outer := m.holds.hold("ConfigMap", c.Namespace, "stale", false)
+	inner := m.holds.hold("ConfigMap", c.Namespace, "stale", true)
+	set("stale", "4")
+	inner()
+	inner()
+	flow()
+	g.Expect(value(reader, "stale")).To(Equal("3"), "one of two holds released: the object flowed")
+	outer()
+	flow()
+	g.Expect(value(reader, "stale")).To(Equal("4"))
+	g.Expect(seen.of("stale")).To(HaveLen(5))
+}
