@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ensembletest/ensemble/suite/perturb"
 )
@@ -71,6 +72,32 @@ func testPerturbation(t *testing.T, s *Suite) {
 			t.Fatal(err)
 		}
 		NewWithT(t).Eventually(seen(c, "b")).WithTimeout(10 * time.Second).Should(Equal("yes"))
+	})
+	t.Run("stale view until one more write", func(t *testing.T) {
+		c := s.NewCase(t)
+		c.Perturb(perturb.Point{Mode: perturb.Stale, Writer: "op/configmap", Object: "ConfigMap/s", Nth: 1, For: 1})
+		if err := c.Create(cm("s", false)); err != nil {
+			t.Fatal(err)
+		}
+		NewWithT(t).Eventually(seen(c, "s")).WithTimeout(10 * time.Second).Should(Equal("yes"))
+		s.mu.Lock()
+		m := s.managers["op"]
+		s.mu.Unlock()
+		cached := func() string {
+			got := &corev1.ConfigMap{}
+			if err := m.mgr.GetCache().Get(t.Context(), client.ObjectKey{Namespace: c.Namespace, Name: "s"}, got); err != nil {
+				return err.Error()
+			}
+			return got.Data["seen"]
+		}
+		// The hold began before the marker's write was sent and lasts one more write in the namespace.
+		if got := cached(); got != "" {
+			t.Fatalf("the manager's cache reads seen=%q during the hold, want the object as it was before the write", got)
+		}
+		if err := c.Create(cm("other", false)); err != nil {
+			t.Fatal(err)
+		}
+		NewWithT(t).Eventually(cached).WithTimeout(10 * time.Second).Should(Equal("yes"))
 	})
 	t.Run("record and differential oracle", func(t *testing.T) {
 		dir := t.TempDir()
