@@ -33,6 +33,18 @@ import (
 // defaultRequeueClamp is Options.RequeueClamp's default.
 const defaultRequeueClamp = 50 * time.Millisecond
 
+// The Lease timings of a manager with LeaderElection, shorter than controller-runtime's 15 s, 10 s and 2 s so
+// that a spec sees a takeover in well under a second. A follower tries to acquire the Lease every
+// leaseRetryPeriod (and the leader renews it as often), so it takes over within about that once the leader's
+// Stop releases it. A leader that cannot renew within leaseRenewDeadline stops leading, and its manager
+// stops with "leader election lost", which fails the run: 3 s leaves room for an API server slowed by a
+// loaded machine. A Lease left unrenewed for leaseDuration (a holder gone without releasing it) may be taken.
+const (
+	leaseDuration      = 4 * time.Second
+	leaseRenewDeadline = 3 * time.Second
+	leaseRetryPeriod   = 250 * time.Millisecond
+)
+
 // Options configures Boot.
 type Options struct {
 	// CRDDirectoryPaths are directories (or files) of CRD YAML to install; each must exist and hold at least
@@ -89,7 +101,10 @@ type ManagerOptions struct {
 	// unnamed field manager after the part before the first "/".
 	UserAgent string
 	// LeaderElection turns leader election on, with LeaderElectionID as the Lease name in
-	// LeaderElectionNamespace (default "default").
+	// LeaderElectionNamespace (default "default"), on the harness's short lease timings (leaseDuration,
+	// leaseRenewDeadline, leaseRetryPeriod: 4 s, 3 s, 250 ms). The manager's controllers start only once it
+	// leads (Manager.Elected); Manager.Stop releases the Lease, so another instance on it takes over within
+	// about 250 ms.
 	LeaderElection          bool
 	LeaderElectionID        string
 	LeaderElectionNamespace string
@@ -179,6 +194,11 @@ func (m *Manager) Stop() error {
 	})
 	return m.err
 }
+
+// Elected is closed once the manager leads and its controllers start: when it acquires its Lease with
+// ManagerOptions.LeaderElection, at once without (controller-runtime's manager.Elected). It stays open for a
+// follower, and for a manager stopped before it led.
+func (m *Manager) Elected() <-chan struct{} { return m.mgr.Elected() }
 
 // stopTimeout is Options.StopTimeout, or 1 s once the run was interrupted: the control plane is already
 // gone then, and a manager waiting on it would only hold up the framework's own interrupt handling.
@@ -413,6 +433,9 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 		LeaderElectionID:              mo.LeaderElectionID,
 		LeaderElectionNamespace:       leNS,
 		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 ptr.To(leaseDuration),
+		RenewDeadline:                 ptr.To(leaseRenewDeadline),
+		RetryPeriod:                   ptr.To(leaseRetryPeriod),
 		GracefulShutdownTimeout:       ptr.To(s.stopTimeout),
 		// A controller whose sources cannot sync (a watched kind with no CRD) makes its manager fail within
 		// the start timeout instead of controller-runtime's 2 minutes; the failure then fails the next check.
