@@ -65,7 +65,6 @@ var _ = Describe("multigres leader election", Label("multigres"), func() {
 func leaderSpec() {
 	c := s.NewCase(GinkgoT(), suite.Unadmitted())
 	spec := fixtures.MultigresSpec{}
-	names := spec.Names()
 	start := time.Now()
 	a, b := leaderInstance(c, "multigres-a"), leaderInstance(c, "multigres-b")
 
@@ -91,11 +90,6 @@ func leaderSpec() {
 	AddReportEntry("takeover after the leader's Stop", time.Since(stopped).Round(time.Millisecond).String())
 
 	By("the new leader alone scales the pool 2 -> 3")
-	setPoolReplicas(c, names.Cluster, "main", 3)
-	Eventually(func(g Gomega) {
-		g.Expect(ownedPoolPods(g, c, names.Shard)).To(Equal(spec.PoolPods("main", 3)))
-	}).WithTimeout(healthyTimeout).Should(Succeed(), "the new leader never scaled the pool up")
-	c.RequireQuiescent(500*time.Millisecond, 30*time.Second)
-	expectShardCounts(c, names.Shard, spec.PoolPods("main", 3))
+	scalePool(c, spec, "main", 3)
 	Expect(writers(c, stopped, a, b)).To(Equal([]string{follower.Name}), "writers after %s stopped", leader.Name)
 }
