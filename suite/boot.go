@@ -84,6 +84,9 @@ type Options struct {
 	// disruption budgets, ttl-after-finished and serviceaccounts. An empty, non-nil slice runs no
 	// kube-controller-manager. Boot returns once the garbage collector (when it runs) collects.
 	KubeControllers []string
+	// Externals are the systems outside Kubernetes that the fakes play (a topology store, a registry), which
+	// perturbation points take down or slow by Name; each Name unique, each Down and Slow set.
+	Externals []External
 }
 
 // ManagerOptions describes one controller-runtime Manager: one operator instance.
@@ -138,6 +141,8 @@ type Suite struct {
 	startTimeout   time.Duration
 	stopTimeout    time.Duration
 	cleanupTimeout time.Duration
+	// externals are Options.Externals by Name.
+	externals map[string]External
 	// timelineFor selects the passing specs that get a timeline too (ENSEMBLE_TIMELINE); nil selects none.
 	timelineFor *regexp.Regexp
 
@@ -245,14 +250,19 @@ func (s *Suite) Interrupted() bool { return s.interrupted.Load() }
 // Errors (each one line that says what to do): missing envtest binaries or ones of another version, a CRD
 // path that does not exist, does not parse or holds no CRD, a CRD the API server refuses, a binary that does
 // not come up within Options.StartTimeout, a nil Scheme, an empty, duplicate or reserved manager name, a
-// controller that cannot be wrapped, a manager that fails to register or start, an ENSEMBLE_TIMELINE that is
-// neither 1 nor a regexp, an interrupt. Whatever Boot started is stopped before it returns an error.
+// controller that cannot be wrapped, a manager that fails to register or start, an external system with an
+// empty, duplicate or unwritable name or without Down or Slow, an ENSEMBLE_TIMELINE that is neither 1 nor a
+// regexp, an interrupt. Whatever Boot started is stopped before it returns an error.
 func Boot(ctx context.Context, opts Options) (*Suite, error) {
 	start := time.Now()
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
 	if err := validateManagers(opts.Managers); err != nil {
+		return nil, err
+	}
+	externals, err := validateExternals(opts.Externals)
+	if err != nil {
 		return nil, err
 	}
 	timelineFor, err := timelineFilter(os.Getenv("ENSEMBLE_TIMELINE"))
@@ -279,7 +289,7 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 		dumpers: opts.Dumpers, artifactsDir: opts.ArtifactsDir, startTimeout: opts.StartTimeout,
 		stopTimeout: opts.StopTimeout, cleanupTimeout: opts.CleanupTimeout,
 		notify: notify, rec: newRecorder(opts.Scheme, notify), stream: newStream(opts.Scheme, notify),
-		gate: newGate(), managers: map[string]*Manager{}}
+		gate: newGate(), managers: map[string]*Manager{}, externals: externals}
 	plane, err := controlplane.Start(&envtest.Environment{
 		CRDDirectoryPaths:        crdPaths,
 		ErrorIfCRDPathMissing:    true,

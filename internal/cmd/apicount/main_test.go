@@ -4,8 +4,9 @@ import "testing"
 
 // suiteBudget is the most exported identifiers the suite package may have (funcs, types, methods,
 // constants and variables): one vocabulary, small enough to learn in an afternoon. 65 held the harness
-// before scripts, write matchers and oracles; those brought it to 83.
-const suiteBudget = 85
+// before scripts, write matchers and oracles; those brought it to 83. Manager.Elected and External (the
+// systems perturbation points take down or slow) brought it to 86.
+const suiteBudget = 86
 
 func TestSuiteStaysWithinItsBudget(t *testing.T) {
 	ids, err := exported("../../../suite")
