@@ -61,7 +61,9 @@ var _ = Describe("multigres leader election", Label("multigres"), func() {
 })
 
 // leaderSpec starts multigres-a and multigres-b on one Lease, checks that one leads and alone brings a
-// cluster up, stops it, and checks that the other takes over and alone scales the pool 2 -> 3.
+// cluster up, stops it, and checks that the other takes over and alone scales the pool 2 -> 1 (drain,
+// topology and pod deletion). A scale-down, not up: the pooler of a new pod can be pruned by a shard pass
+// whose cache has not seen the pod yet, a race of the operator's own that this spec is not about.
 func leaderSpec() {
 	c := s.NewCase(GinkgoT(), suite.Unadmitted())
 	spec := fixtures.MultigresSpec{}
@@ -89,7 +91,7 @@ func leaderSpec() {
 	Eventually(follower.Elected()).WithTimeout(10*time.Second).Should(BeClosed(), "%s never took over from %s", follower.Name, leader.Name)
 	AddReportEntry("takeover after the leader's Stop", time.Since(stopped).Round(time.Millisecond).String())
 
-	By("the new leader alone scales the pool 2 -> 3")
-	scalePool(c, spec, "main", 3)
+	By("the new leader alone scales the pool 2 -> 1")
+	scalePool(c, spec, "main", 1)
 	Expect(writers(c, stopped, a, b)).To(Equal([]string{follower.Name}), "writers after %s stopped", leader.Name)
 }
