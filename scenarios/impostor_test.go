@@ -144,6 +144,20 @@ func expectShardCounts(c *suite.Case, name string, pods []string) {
 	}
 }
 
+// scalePool sets replicasPerCell of pool in the case's cluster to replicas, waits until the shard controls
+// exactly the pool pods that makes and the namespace is quiet for 500 ms, and checks the shard's counts
+// against them (expectShardCounts).
+func scalePool(c *suite.Case, spec fixtures.MultigresSpec, pool string, replicas int) {
+	GinkgoHelper()
+	names := spec.Names()
+	setPoolReplicas(c, names.Cluster, pool, int32(replicas))
+	Eventually(func(g Gomega) {
+		g.Expect(ownedPoolPods(g, c, names.Shard)).To(Equal(spec.PoolPods(pool, replicas)))
+	}).WithTimeout(healthyTimeout).Should(Succeed(), "the shard never scaled pool %s to %d replicas per cell", pool, replicas)
+	c.RequireQuiescent(500*time.Millisecond, 30*time.Second)
+	expectShardCounts(c, names.Shard, spec.PoolPods(pool, replicas))
+}
+
 var _ = Describe("multigres selector impostors", Label("multigres"), func() {
 	It("pods with the shard's identity labels that the shard does not control are neither counted nor deleted, through a scale-down", impostorSpec)
 })
@@ -153,18 +167,11 @@ var _ = Describe("multigres selector impostors", Label("multigres"), func() {
 func impostorSpec() {
 	c := s.NewCase(GinkgoT())
 	spec := fixtures.MultigresSpec{Cells: []string{"z1"}, Pools: map[string]fixtures.Pool{"main": {ReplicasPerCell: 3, StorageClass: fixtures.StandardStorageClass}}}
-	names := spec.Names()
 	bringUpHealthy(c, spec)
 	uids := createImpostors(c, spec)
 
 	By("scaling the pool 3 -> 1: the shard drains and deletes the pods it no longer wants")
-	setPoolReplicas(c, names.Cluster, "main", 1)
-	Eventually(func(g Gomega) {
-		g.Expect(ownedPoolPods(g, c, names.Shard)).To(Equal(spec.PoolPods("main", 1)))
-	}).WithTimeout(healthyTimeout).Should(Succeed(), "the shard never scaled down to one pod")
-	c.RequireQuiescent(500*time.Millisecond, 30*time.Second)
-
-	expectShardCounts(c, names.Shard, spec.PoolPods("main", 1))
+	scalePool(c, spec, "main", 1)
 	writers := expectImpostorsUntouched(c, uids)
 	var lines []string
 	for _, name := range sets.List(sets.KeySet(writers)) {

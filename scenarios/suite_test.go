@@ -68,6 +68,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 		WatchKinds:        watchKinds(),
 		Pins:              pins.Default,
 		Dumpers:           fixtures.FakeLogs(dp, topology, haKeeper),
+		Externals:         fixtures.Externals(topology, haKeeper),
 		Managers: []suite.ManagerOptions{
 			dp.ManagerOptions(),
 			fixtures.PoolerManager(topology),

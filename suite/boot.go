@@ -35,6 +35,18 @@ import (
 // defaultRequeueClamp is Options.RequeueClamp's default.
 const defaultRequeueClamp = 50 * time.Millisecond
 
+// The Lease timings of a manager with LeaderElection, shorter than controller-runtime's 15 s, 10 s and 2 s so
+// that a spec sees a takeover in well under a second. A follower tries to acquire the Lease every
+// leaseRetryPeriod (and the leader renews it as often), so it takes over within about that once the leader's
+// Stop releases it. A leader that cannot renew within leaseRenewDeadline stops leading, and its manager
+// stops with "leader election lost", which fails the run: 3 s leaves room for an API server slowed by a
+// loaded machine. A Lease left unrenewed for leaseDuration (a holder gone without releasing it) may be taken.
+const (
+	leaseDuration      = 4 * time.Second
+	leaseRenewDeadline = 3 * time.Second
+	leaseRetryPeriod   = 250 * time.Millisecond
+)
+
 // Options configures Boot.
 type Options struct {
 	// CRDDirectoryPaths are directories (or files) of CRD YAML to install; each must exist and hold at least
@@ -74,6 +86,9 @@ type Options struct {
 	// disruption budgets, ttl-after-finished and serviceaccounts. An empty, non-nil slice runs no
 	// kube-controller-manager. Boot returns once the garbage collector (when it runs) collects.
 	KubeControllers []string
+	// Externals are the systems outside Kubernetes that the fakes play (a topology store, a registry), which
+	// perturbation points take down or slow by Name; each Name unique, each Down and Slow set.
+	Externals []External
 }
 
 // ManagerOptions describes one controller-runtime Manager: one operator instance.
@@ -91,7 +106,10 @@ type ManagerOptions struct {
 	// unnamed field manager after the part before the first "/".
 	UserAgent string
 	// LeaderElection turns leader election on, with LeaderElectionID as the Lease name in
-	// LeaderElectionNamespace (default "default").
+	// LeaderElectionNamespace (default "default"), on the harness's short lease timings (leaseDuration,
+	// leaseRenewDeadline, leaseRetryPeriod: 4 s, 3 s, 250 ms). The manager's controllers start only once it
+	// leads (Manager.Elected); Manager.Stop releases the Lease, so another instance on it takes over within
+	// about 250 ms.
 	LeaderElection          bool
 	LeaderElectionID        string
 	LeaderElectionNamespace string
@@ -125,6 +143,8 @@ type Suite struct {
 	startTimeout   time.Duration
 	stopTimeout    time.Duration
 	cleanupTimeout time.Duration
+	// externals are Options.Externals by Name.
+	externals map[string]External
 	// timelineFor selects the passing specs that get a timeline too (ENSEMBLE_TIMELINE); nil selects none.
 	timelineFor *regexp.Regexp
 
@@ -150,7 +170,6 @@ type Suite struct {
 	// runPoints are ENSEMBLE_PERTURB's points, set on every case; baselines are ENSEMBLE_BASELINE's end
 	// states by spec name, for the differential oracle; exploreDir is ENSEMBLE_EXPLORE's directory, where
 	// each case leaves its perturb.Record.
-	externals  map[string]External
 	runPoints  []perturb.Point
 	baselines  map[string][]map[string]map[string]string
 	exploreDir string
@@ -197,6 +216,11 @@ func (m *Manager) Stop() error {
 	return m.err
 }
 
+// Elected is closed once the manager leads and its controllers start: when it acquires its Lease with
+// ManagerOptions.LeaderElection, at once without (controller-runtime's manager.Elected). It stays open for a
+// follower, and for a manager stopped before it led.
+func (m *Manager) Elected() <-chan struct{} { return m.mgr.Elected() }
+
 // stopTimeout is Options.StopTimeout, or 1 s once the run was interrupted: the control plane is already
 // gone then, and a manager waiting on it would only hold up the framework's own interrupt handling.
 func (m *Manager) stopTimeout() time.Duration {
@@ -242,14 +266,19 @@ func (s *Suite) Interrupted() bool { return s.interrupted.Load() }
 // Errors (each one line that says what to do): missing envtest binaries or ones of another version, a CRD
 // path that does not exist, does not parse or holds no CRD, a CRD the API server refuses, a binary that does
 // not come up within Options.StartTimeout, a nil Scheme, an empty, duplicate or reserved manager name, a
-// controller that cannot be wrapped, a manager that fails to register or start, an ENSEMBLE_TIMELINE that is
-// neither 1 nor a regexp, an interrupt. Whatever Boot started is stopped before it returns an error.
+// controller that cannot be wrapped, a manager that fails to register or start, an external system with an
+// empty, duplicate or unwritable name or without Down or Slow, an ENSEMBLE_TIMELINE that is neither 1 nor a
+// regexp, an interrupt. Whatever Boot started is stopped before it returns an error.
 func Boot(ctx context.Context, opts Options) (*Suite, error) {
 	start := time.Now()
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
 	if err := validateManagers(opts.Managers); err != nil {
+		return nil, err
+	}
+	externals, err := validateExternals(opts.Externals)
+	if err != nil {
 		return nil, err
 	}
 	timelineFor, err := timelineFilter(os.Getenv("ENSEMBLE_TIMELINE"))
@@ -276,7 +305,7 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 		dumpers: opts.Dumpers, artifactsDir: opts.ArtifactsDir, startTimeout: opts.StartTimeout,
 		stopTimeout: opts.StopTimeout, cleanupTimeout: opts.CleanupTimeout,
 		notify: notify, rec: newRecorder(opts.Scheme, notify), stream: newStream(opts.Scheme, notify),
-		gate: newGate(), managers: map[string]*Manager{}}
+		gate: newGate(), managers: map[string]*Manager{}, externals: externals}
 	if err := s.perturbationEnv(opts.Managers); err != nil {
 		return nil, err
 	}
@@ -434,6 +463,9 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 		LeaderElectionID:              mo.LeaderElectionID,
 		LeaderElectionNamespace:       leNS,
 		LeaderElectionReleaseOnCancel: true,
+		LeaseDuration:                 ptr.To(leaseDuration),
+		RenewDeadline:                 ptr.To(leaseRenewDeadline),
+		RetryPeriod:                   ptr.To(leaseRetryPeriod),
 		GracefulShutdownTimeout:       ptr.To(s.stopTimeout),
 		// A controller whose sources cannot sync (a watched kind with no CRD) makes its manager fail within
 		// the start timeout instead of controller-runtime's 2 minutes; the failure then fails the next check.

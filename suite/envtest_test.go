@@ -22,6 +22,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -112,6 +113,7 @@ func TestPlainTestingT(t *testing.T) {
 	t.Run("oracles", func(t *testing.T) { testOracles(t, s) })
 	t.Run("requested timeline", func(t *testing.T) { testRequestedTimeline(t, s) })
 	t.Run("perturbation", func(t *testing.T) { testPerturbation(t, s) })
+	t.Run("leader election", func(t *testing.T) { testLeaderElection(t, s) })
 
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
@@ -399,6 +401,64 @@ func testDeletionHygiene(t *testing.T, s *Suite) {
 	NewWithT(t).Eventually(func() bool {
 		return apierrors.IsNotFound(s.Client.Get(t.Context(), client.ObjectKey{Name: c.Namespace}, &corev1.Namespace{}))
 	}).WithTimeout(20*time.Second).Should(BeTrue(), "the namespace controller never removed %s", c.Namespace)
+}
+
+// testLeaderElection starts two ungated instances of the marker on one Lease, scoped to an unadmitted case
+// namespace (where the gated "op" does not reconcile): exactly one leads, only it reconciles and writes, and
+// once it stops the other leads and marks what is created next.
+func testLeaderElection(t *testing.T, s *Suite) {
+	c := s.NewCase(t, Unadmitted())
+	g := NewWithT(t)
+	start := func(name string) *Manager {
+		m, err := s.StartManager(ManagerOptions{Name: name, Ungated: true,
+			Cache:          cache.Options{DefaultNamespaces: map[string]cache.Config{c.Namespace: {}}},
+			LeaderElection: true, LeaderElectionID: "marker", LeaderElectionNamespace: c.Namespace,
+			Register: func(mgr manager.Manager) error { return (&marker{Client: mgr.GetClient()}).SetupWithManager(mgr) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.AfterCleanup(func() { _ = m.Stop() })
+		return m
+	}
+	a, b := start("le-a"), start("le-b")
+	elected := func() []string {
+		var out []string
+		for _, m := range []*Manager{a, b} {
+			select {
+			case <-m.Elected():
+				out = append(out, m.Name)
+			default:
+			}
+		}
+		return out
+	}
+	g.Eventually(elected).WithTimeout(10 * time.Second).ShouldNot(BeEmpty())
+	g.Consistently(elected).WithTimeout(4*leaseRetryPeriod).Should(HaveLen(1), "both instances on one Lease lead")
+	leader, follower := a, b
+	if elected()[0] == b.Name {
+		leader, follower = b, a
+	}
+
+	if err := c.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "first"}}); err != nil {
+		t.Fatal(err)
+	}
+	g.Eventually(func() []Write { return c.Writes(WriteFilter{Name: "first", Manager: leader.Name}) }).WithTimeout(10 * time.Second).ShouldNot(BeEmpty())
+	c.RequireQuiescent(300*time.Millisecond, 10*time.Second)
+	if ws, ps := c.Writes(WriteFilter{Manager: follower.Name}), c.Passes(PassFilter{Manager: follower.Name}); len(ws)+len(ps) != 0 {
+		t.Fatalf("the follower %s ran while %s led: %d writes, %d passes", follower.Name, leader.Name, len(ws), len(ps))
+	}
+
+	if err := leader.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	g.Eventually(follower.Elected()).WithTimeout(10*time.Second).Should(BeClosed(), "%s never took over from %s", follower.Name, leader.Name)
+	if err := c.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "second"}}); err != nil {
+		t.Fatal(err)
+	}
+	g.Eventually(func() []Write { return c.Writes(WriteFilter{Name: "second", Manager: follower.Name}) }).WithTimeout(10 * time.Second).ShouldNot(BeEmpty())
+	if ws := c.Writes(WriteFilter{Name: "second", Manager: leader.Name}); len(ws) != 0 {
+		t.Fatalf("the stopped leader %s wrote: %v", leader.Name, ws)
+	}
 }
 
 // TestControllerWatchingAKindWithNoCRD: a controller that watches a kind whose CRD is not installed used to

@@ -197,14 +197,32 @@ func testOracles(t *testing.T, s *Suite) {
 	})
 	t.Run("convergence", func(t *testing.T) {
 		p := probe("never-quiet", func(c *Case) {
-			c.OptOut(HotLoop, "the looper is the point: convergence must fail on it")
-			if err := c.Create(cm("spin", true)); err != nil {
+			c.OptOut(HotLoop, "the ticker is the point: convergence must fail on it")
+			obj := cm("spin", false)
+			if err := c.Create(obj); err != nil {
 				t.Fatal(err)
 			}
-			// The loop must be under way before the cleanup judges it: on a loaded machine its first
-			// round trip can take longer than the convergence window.
-			NewWithT(t).Eventually(func() int { return len(c.Writes(WriteFilter{Controller: "looper"})) }).
-				WithTimeout(10 * time.Second).Should(BeNumerically(">=", 3))
+			// A writer of its own keeps the namespace busy through the whole cleanup (until AfterCleanup),
+			// every 50 ms: a controller's round trip through the API server can outlast the convergence
+			// window on a loaded machine, a ticker's interval does not.
+			w := s.recordingClient(s.Client, "ticker", "", nil)
+			stop, done := make(chan struct{}), make(chan struct{})
+			go func() {
+				defer close(done)
+				tick := time.NewTicker(50 * time.Millisecond)
+				defer tick.Stop()
+				for i := 0; ; i++ {
+					select {
+					case <-stop:
+						return
+					case <-tick.C:
+					}
+					patch := client.MergeFrom(obj.DeepCopy())
+					obj.Data = map[string]string{"i": strconv.Itoa(i)}
+					_ = w.Patch(context.Background(), obj, patch)
+				}
+			}()
+			c.AfterCleanup(func() { close(stop); <-done })
 		})
 		if msg := strings.Join(p.errors, "\n"); !strings.Contains(msg, "oracle convergence") || !strings.Contains(msg, "not quiescent") {
 			t.Fatalf("cleanup errors %q, want a namespace that never went quiet", p.errors)

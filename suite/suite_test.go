@@ -17,6 +17,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/ensembletest/ensemble/suite/perturb"
 )
 
 type catalog map[string]string
@@ -156,7 +158,14 @@ func TestBootRejectsBadInput(t *testing.T) {
 			map[string]string{"ENSEMBLE_PERTURB": "conflict@a"}},
 		"point of no manager": {Options{Scheme: newScheme(), Managers: []ManagerOptions{{Name: "a", Register: noop}}},
 			`point conflict@b/c#1: no manager is named "b"; the suite's managers are a`, map[string]string{"ENSEMBLE_PERTURB": "conflict@b/c#1"}},
-		"empty baseline": {Options{Scheme: newScheme()}, "ENSEMBLE_BASELINE: no case record (*.json) in", map[string]string{"ENSEMBLE_BASELINE": os.TempDir() + "/ensemble-no-such-baseline"}},
+		"empty baseline":           {Options{Scheme: newScheme()}, "ENSEMBLE_BASELINE: no case record (*.json) in", map[string]string{"ENSEMBLE_BASELINE": os.TempDir() + "/ensemble-no-such-baseline"}},
+		"external without name":    {Options{Scheme: newScheme(), Externals: []External{{Down: down, Slow: slow}}}, "Externals[0] has an empty Name", nil},
+		"external name with (":     {Options{Scheme: newScheme(), Externals: []External{{Name: "pool(er", Down: down, Slow: slow}}}, `Name "pool(er" holds one of`, nil},
+		"external name with space": {Options{Scheme: newScheme(), Externals: []External{{Name: "po oler", Down: down, Slow: slow}}}, `Name "po oler" holds one of`, nil},
+		"external name with comma": {Options{Scheme: newScheme(), Externals: []External{{Name: "a,b", Down: down, Slow: slow}}}, `Name "a,b" holds one of`, nil},
+		"duplicate external":       {Options{Scheme: newScheme(), Externals: []External{{Name: "x", Down: down, Slow: slow}, {Name: "x", Down: down, Slow: slow}}}, `Externals[0] and [1] are both named "x"`, nil},
+		"external without Down":    {Options{Scheme: newScheme(), Externals: []External{{Name: "x", Slow: slow}}}, `("x") has no Down`, nil},
+		"external without Slow":    {Options{Scheme: newScheme(), Externals: []External{{Name: "x", Down: down}}}, `("x") has no Slow`, nil},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if name == "bad timeline" {
@@ -176,6 +185,41 @@ func TestBootRejectsBadInput(t *testing.T) {
 				t.Fatalf("Boot error = %v, want one line containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// down and slow are External funcs that do nothing, for the validation tests.
+func down(string, bool)          {}
+func slow(string, time.Duration) {}
+
+// TestExternalsByName checks that Boot's validation keeps the registered systems by Name and that looking
+// up one that is not registered names those that are.
+func TestExternalsByName(t *testing.T) {
+	byName, err := validateExternals([]External{{Name: "pooler", Down: down, Slow: slow}, {Name: "hakeeper", Down: down, Slow: slow}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Suite{externals: byName}
+	if e, err := s.external("hakeeper"); err != nil || e.Name != "hakeeper" {
+		t.Fatalf("external(hakeeper) = %+v, %v", e, err)
+	}
+	if _, err := s.external("etcd"); err == nil || !strings.Contains(err.Error(), `no external system "etcd": Options.Externals registers hakeeper, pooler`) {
+		t.Fatalf("external(etcd) = %v, want the registered names", err)
+	}
+	if _, err := (&Suite{}).external("etcd"); err == nil || !strings.Contains(err.Error(), "registers none") {
+		t.Fatalf("external(etcd) with none registered = %v", err)
+	}
+	// A name validation accepts is one a point's text carries back unchanged.
+	for _, name := range []string{"pooler", "topo-store.v2", "hk_1#a%b~c"} {
+		if _, err := validateExternals([]External{{Name: name, Down: down, Slow: slow}}); err != nil {
+			t.Fatalf("%q refused: %v", name, err)
+		}
+		for _, p := range []perturb.Point{{Mode: perturb.Down, System: name, Writer: "op", Nth: 1}, {Mode: perturb.Slow, System: name, Latency: time.Second, Writer: "op", Every: 2}} {
+			back, err := perturb.Parse(p.String())
+			if err != nil || back != p {
+				t.Fatalf("point %q parses to %+v, %v; want %+v", p.String(), back, err, p)
+			}
+		}
 	}
 }
 

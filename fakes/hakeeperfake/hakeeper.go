@@ -49,9 +49,14 @@ const (
 	OpSetSessions = "SetSessions"
 	// OpMigrate is the migrator agent moving a claim (Registry.Migrate).
 	OpMigrate = "Migrate"
-	// OpFault is a fault switch (FailNext, FailAlways, SetLatency, DropRegistrations, FreezeCache).
+	// OpFault is a fault switch (FailNext, FailAlways, SetLatency, DropRegistrations, FreezeCache,
+	// Unavailable).
 	OpFault = "Fault"
 )
+
+// ErrUnavailable is returned (wrapped, with the namespace; test with errors.Is) by every operator call of a
+// namespace's instances while Unavailable is on, as a HAKeeper that cannot be reached fails them.
+var ErrUnavailable = errors.New("hakeeper unavailable")
 
 // Options configures the fake. A zero field takes its default; the defaults are test-speed (the real
 // operator's time scaled by 0.01, like the other fakes).
@@ -130,6 +135,7 @@ type space struct {
 	latency   map[string]time.Duration
 	drop      bool
 	frozen    bool
+	down      bool
 }
 
 // store is one CN store; sessions is the count at since (the drain model's base).
@@ -306,12 +312,28 @@ func (r *Registry) FreezeCache(namespace string, on bool) {
 	r.logLocked(Call{Namespace: namespace, Op: OpFault, Args: "freeze-cache", Result: fmt.Sprint(on)})
 }
 
-// fault returns the latency and the injected error (consuming a FailNext) of one call of op.
+// Unavailable, while on, fails every operator call of every instance of namespace (existing or created
+// meanwhile) with an error wrapping ErrUnavailable, after any latency, without using up a queued FailNext,
+// and drops every CN registration of namespace (logged with result "dropped"; the CN processes retry every
+// Heartbeat and get in once it is off). Registry.Instance still hands out instances: it only looks the
+// LogSet's up. Off ends it; FailAlways, SetLatency and DropRegistrations are independent of it.
+func (r *Registry) Unavailable(namespace string, on bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.spaceLocked(namespace).down = on
+	r.logLocked(Call{Namespace: namespace, Op: OpFault, Args: "unavailable", Result: fmt.Sprint(on)})
+}
+
+// fault returns the latency and the injected error (Unavailable's, else a FailNext it consumes, else
+// FailAlways's) of one call of op.
 func (r *Registry) fault(namespace, op string) (time.Duration, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	sp := r.spaceLocked(namespace)
 	lat := sp.latency[op] + sp.latency[""]
+	if sp.down {
+		return lat, fmt.Errorf("%w (namespace %s)", ErrUnavailable, namespace)
+	}
 	if q := sp.failNext[op]; len(q) > 0 {
 		sp.failNext[op] = q[1:]
 		return lat, q[0]
@@ -424,8 +446,8 @@ func (r *Registry) Sessions(namespace, uuid string) (int, error) {
 
 // Register registers a store for pod in LogSet namespace/logSet's instance (creating the instance when
 // missing), as the CN process of the pod does: work state Working, no labels, no sessions. An existing
-// store is left as it is. It is dropped (returns false) while DropRegistrations is on or when a FailNext /
-// FailAlways of OpRegister applies.
+// store is left as it is. It is dropped (returns false) while DropRegistrations or Unavailable is on or when
+// a FailNext / FailAlways of OpRegister applies.
 func (r *Registry) Register(namespace, logSet, pod, uuid string) bool {
 	in := r.EnsureInstance(namespace, logSet)
 	_, ferr := r.fault(namespace, OpRegister)

@@ -222,6 +222,61 @@ func TestFaults(t *testing.T) {
 	}
 }
 
+// TestUnavailable checks the namespace-wide outage: every operator call fails with ErrUnavailable and
+// changes nothing, registrations are dropped, a queued FailNext waits for the end of it, other namespaces
+// answer, and off restores every call.
+func TestUnavailable(t *testing.T) {
+	r, _ := newTestRegistry()
+	ctx := context.Background()
+	in := r.EnsureInstance("ns", "mo")
+	other := r.EnsureInstance("other", "mo")
+	r.Register("ns", "mo", "p", "u")
+	r.Register("other", "mo", "p", "v")
+	boom := errors.New("boom")
+	r.FailNext("ns", OpGetCNState, boom)
+
+	r.Unavailable("ns", true)
+	// In this order, so that the store is deleted last once the calls go through again.
+	calls := []struct {
+		op   string
+		call func() error
+	}{
+		{OpGetClusterDetails, func() error { _, err := in.GetClusterDetails(ctx); return err }},
+		{OpPatchCNStore, func() error { return in.PatchCNStore(ctx, "u", hk.WorkStateDraining, nil) }},
+		{OpUpdateCNLabel, func() error { return in.UpdateCNLabel(ctx, "u", []hk.Label{{Key: "k", Values: []string{"v"}}}) }},
+		{OpUpdateCNWorkState, func() error { return in.UpdateCNWorkState(ctx, "u", hk.WorkStateDraining) }},
+		{OpGetCNState, func() error { _, err := in.GetCNState(ctx, "u"); return err }},
+		{OpDeleteCNStore, func() error { return in.DeleteCNStore(ctx, "u") }},
+	}
+	for _, c := range calls {
+		if err := c.call(); !errors.Is(err, ErrUnavailable) {
+			t.Errorf("%s while unavailable: %v, want ErrUnavailable", c.op, err)
+		}
+	}
+	if st, ok := r.Store("ns", "u"); !ok || st.WorkState != hk.WorkStateWorking || st.Labels != nil {
+		t.Errorf("calls refused as unavailable changed the store: %+v (present %v)", st, ok)
+	}
+	if r.Register("ns", "mo", "p2", "u2") {
+		t.Error("a registration got in while HAKeeper was unavailable")
+	}
+	if _, err := other.GetCNState(ctx, "v"); err != nil {
+		t.Errorf("another namespace is unavailable too: %v", err)
+	}
+
+	r.Unavailable("ns", false)
+	if _, err := in.GetCNState(ctx, "u"); !errors.Is(err, boom) {
+		t.Errorf("the FailNext queued before the outage: %v, want it used after", err)
+	}
+	for _, c := range calls {
+		if err := c.call(); err != nil {
+			t.Errorf("%s after the outage: %v", c.op, err)
+		}
+	}
+	if !r.Register("ns", "mo", "p2", "u2") {
+		t.Error("registration after the outage")
+	}
+}
+
 func TestConcurrentUse(t *testing.T) {
 	r := New(Options{DrainTick: time.Microsecond})
 	ctx := context.Background()

@@ -5,8 +5,8 @@
 // operator must requeue to see them.
 //
 // Wire it with New(opts).SetupWithManager(mgr) and hand the *Store to the operator as its topo.Store. Faults
-// (Hold/Release, FreezeElections, Unavailable, Misreport) are switched per namespace at any time. Every
-// method is safe for concurrent use.
+// (Hold/Release, FreezeElections, Unavailable, SetLatency, Misreport) are switched per namespace at any time.
+// Every method is safe for concurrent use.
 //
 // A pooler whose pod is deleted stays in topology, as it does in the real system, until the operator prunes
 // it with SetLifecycle(SHUTDOWN); its posture turns false (Initialized, AcceptingConnections) once the
@@ -100,7 +100,7 @@ type Entry struct {
 	// Op is one of: "register-cell", "register-database", "set-lifecycle" (operator calls, logged even when
 	// they change nothing); "register" (a pooler registers), "elect" (multiorch elects a primary), "role"
 	// (multiorch assigns a role); "queue" (a registration held by Hold), "hold", "release",
-	// "freeze-elections", "unavailable", "misreport" (fault switches).
+	// "freeze-elections", "unavailable", "latency", "misreport" (fault switches).
 	Op string
 	// Pooler is the pooler's Name when the entry concerns one, else "".
 	Pooler string
@@ -136,6 +136,7 @@ type space struct {
 	held             bool
 	frozen           bool
 	unavailable      bool
+	latency          time.Duration
 	misreport        map[string]string
 }
 
@@ -189,15 +190,47 @@ func unavailableErr(ns string) error {
 	return fmt.Errorf("%w (namespace %s)", topo.ErrUnavailable, ns)
 }
 
-// RegisterCell records cell in namespace's topology (idempotent). Returns an error wrapping
-// topo.ErrUnavailable while the namespace is Unavailable.
-func (s *Store) RegisterCell(_ context.Context, namespace, cell string) error {
+// wait holds an operator call on namespace for the namespace's latency (SetLatency) and returns ctx's error
+// when ctx ends first. It takes s.mu only to read the latency.
+func (s *Store) wait(ctx context.Context, namespace string) error {
+	s.mu.Lock()
+	d := s.spaceLocked(namespace).latency
+	s.mu.Unlock()
+	if d <= 0 {
+		return nil
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// refusedLocked is the error an operator call on namespace answers with instead of running: waited (wait's
+// error), else the Unavailable fault's; nil when the call runs. s.mu must be held.
+func refusedLocked(sp *space, namespace string, waited error) error {
+	if waited != nil {
+		return waited
+	}
+	if sp.unavailable {
+		return unavailableErr(namespace)
+	}
+	return nil
+}
+
+// RegisterCell records cell in namespace's topology (idempotent), after the namespace's latency. Returns an
+// error wrapping topo.ErrUnavailable while the namespace is Unavailable, ctx's error when ctx ends during the
+// latency.
+func (s *Store) RegisterCell(ctx context.Context, namespace, cell string) error {
+	waited := s.wait(ctx, namespace)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sp := s.spaceLocked(namespace)
 	e := Entry{Namespace: namespace, Op: "register-cell", Detail: "cell=" + cell}
-	if sp.unavailable {
-		err := unavailableErr(namespace)
+	if err := refusedLocked(sp, namespace, waited); err != nil {
 		e.Err = err.Error()
 		s.logLocked(e)
 		return err
@@ -208,15 +241,16 @@ func (s *Store) RegisterCell(_ context.Context, namespace, cell string) error {
 	return nil
 }
 
-// RegisterDatabase records database in namespace's topology (idempotent). Returns an error wrapping
-// topo.ErrUnavailable while the namespace is Unavailable.
-func (s *Store) RegisterDatabase(_ context.Context, namespace, database string) error {
+// RegisterDatabase records database in namespace's topology (idempotent), after the namespace's latency.
+// Returns an error wrapping topo.ErrUnavailable while the namespace is Unavailable, ctx's error when ctx ends
+// during the latency.
+func (s *Store) RegisterDatabase(ctx context.Context, namespace, database string) error {
+	waited := s.wait(ctx, namespace)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sp := s.spaceLocked(namespace)
 	e := Entry{Namespace: namespace, Op: "register-database", Detail: "database=" + database}
-	if sp.unavailable {
-		err := unavailableErr(namespace)
+	if err := refusedLocked(sp, namespace, waited); err != nil {
 		e.Err = err.Error()
 		s.logLocked(e)
 		return err
@@ -230,13 +264,15 @@ func (s *Store) RegisterDatabase(_ context.Context, namespace, database string) 
 // Poolers returns copies of the poolers of shard key in namespace (any lifecycle), sorted by Name; Role is the
 // misreported one where Misreport is in force. Posture: Initialized and AcceptingConnections while the
 // pooler's pod is seen Running and not terminating; CohortEligible always; InCommittedCohort while the shard
-// has a SERVING PRIMARY. Returns an error wrapping topo.ErrUnavailable while the namespace is Unavailable.
-func (s *Store) Poolers(_ context.Context, namespace string, key topo.ShardKey) ([]topo.Pooler, error) {
+// has a SERVING PRIMARY. It answers after the namespace's latency. Returns an error wrapping
+// topo.ErrUnavailable while the namespace is Unavailable, ctx's error when ctx ends during the latency.
+func (s *Store) Poolers(ctx context.Context, namespace string, key topo.ShardKey) ([]topo.Pooler, error) {
+	waited := s.wait(ctx, namespace)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	sp := s.spaceLocked(namespace)
-	if sp.unavailable {
-		return nil, unavailableErr(namespace)
+	if err := refusedLocked(sp, namespace, waited); err != nil {
+		return nil, err
 	}
 	return s.poolersLocked(sp, key, true), nil
 }
@@ -272,19 +308,20 @@ func primaryLocked(sp *space, key topo.ShardKey) *record {
 }
 
 // SetLifecycle sets the lifecycle of pooler (its Name) in namespace to "SERVING" or "SHUTDOWN" (the forms
-// "LIFECYCLE_SERVING" and "LIFECYCLE_SHUTDOWN" are accepted too). Errors: topo.ErrUnavailable (wrapped) while
-// the namespace is Unavailable; ErrUnknownPooler (wrapped) for a name not in topology; a plain error for any
-// other lifecycle. Shutting down a shard's primary lets multiorch elect another one.
-func (s *Store) SetLifecycle(_ context.Context, namespace, pooler, lifecycle string) error {
+// "LIFECYCLE_SERVING" and "LIFECYCLE_SHUTDOWN" are accepted too), after the namespace's latency. Errors:
+// topo.ErrUnavailable (wrapped) while the namespace is Unavailable; ctx's error when ctx ends during the
+// latency; ErrUnknownPooler (wrapped) for a name not in topology; a plain error for any other lifecycle.
+// Shutting down a shard's primary lets multiorch elect another one.
+func (s *Store) SetLifecycle(ctx context.Context, namespace, pooler, lifecycle string) error {
+	waited := s.wait(ctx, namespace)
 	s.mu.Lock()
 	sp := s.spaceLocked(namespace)
 	e := Entry{Namespace: namespace, Op: "set-lifecycle", Pooler: pooler}
 	lc := strings.TrimPrefix(lifecycle, "LIFECYCLE_")
-	var err error
+	err := refusedLocked(sp, namespace, waited)
 	var r *record
 	switch {
-	case sp.unavailable:
-		err = unavailableErr(namespace)
+	case err != nil:
 	case lc != topo.LifecycleServing && lc != topo.LifecycleShutdown:
 		err = fmt.Errorf("pooler: invalid lifecycle %q", lifecycle)
 	default:
@@ -384,6 +421,17 @@ func (s *Store) Unavailable(namespace string, on bool) {
 	defer s.mu.Unlock()
 	s.spaceLocked(namespace).unavailable = on
 	s.logLocked(Entry{Namespace: namespace, Op: "unavailable", Detail: strconv.FormatBool(on), Changed: true})
+}
+
+// SetLatency makes every operator call of namespace (RegisterCell, RegisterDatabase, Poolers, SetLifecycle)
+// wait d before it runs, as a slow topology server answers; the wait ends early, with the call failing with
+// ctx's error, when the caller's context ends. 0 (or less) ends it. The simulated poolers and multiorch, and
+// the test's reads (Snapshot, Cells, Databases, Log), are not slowed.
+func (s *Store) SetLatency(namespace string, d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.spaceLocked(namespace).latency = max(d, 0)
+	s.logLocked(Entry{Namespace: namespace, Op: "latency", Detail: max(d, 0).String(), Changed: true})
 }
 
 // Misreport makes Poolers report role for pooler (its Name) in namespace, whatever its real role, until

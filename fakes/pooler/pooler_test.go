@@ -189,3 +189,56 @@ func TestFaults(t *testing.T) {
 	}
 	g.Expect(changed).To(Equal([]bool{true, false}))
 }
+
+// TestLatency checks SetLatency on a Store of its own (no simulator needed): every operator call of the
+// namespace waits at least the latency, a call whose context ends during the wait fails with the context's
+// error and changes nothing, other namespaces are not slowed, and 0 ends it.
+func TestLatency(t *testing.T) {
+	g := NewWithT(t)
+	st := pooler.New(pooler.Options{})
+	ctx := context.Background()
+	done, cancel := context.WithCancel(ctx)
+	cancel()
+
+	st.SetLatency("slow", time.Hour)
+	g.Expect(st.RegisterCell(done, "slow", "z1")).To(MatchError(context.Canceled))
+	g.Expect(st.RegisterDatabase(done, "slow", "db")).To(MatchError(context.Canceled))
+	_, err := st.Poolers(done, "slow", key)
+	g.Expect(err).To(MatchError(context.Canceled))
+	g.Expect(st.SetLifecycle(done, "slow", "p", topo.LifecycleShutdown)).To(MatchError(context.Canceled))
+	g.Expect(st.Cells("slow")).To(BeEmpty(), "a call cut short during its latency changed the topology")
+	g.Expect(st.RegisterCell(done, "other", "z1")).To(Succeed(), "another namespace was slowed")
+
+	const d = 50 * time.Millisecond
+	st.SetLatency("slow", d)
+	for name, call := range map[string]func() error{
+		"RegisterCell":     func() error { return st.RegisterCell(ctx, "slow", "z1") },
+		"RegisterDatabase": func() error { return st.RegisterDatabase(ctx, "slow", "db") },
+		"Poolers":          func() error { _, err := st.Poolers(ctx, "slow", key); return err },
+		"SetLifecycle": func() error {
+			return st.SetLifecycle(ctx, "slow", "nope", topo.LifecycleShutdown)
+		},
+	} {
+		start := time.Now()
+		err := call()
+		g.Expect(time.Since(start)).To(BeNumerically(">=", d), "%s answered before the latency", name)
+		if name == "SetLifecycle" {
+			g.Expect(errors.Is(err, pooler.ErrUnknownPooler)).To(BeTrue(), "%s: %v", name, err)
+		} else {
+			g.Expect(err).NotTo(HaveOccurred(), name)
+		}
+	}
+	st.Unavailable("slow", true)
+	g.Expect(errors.Is(st.RegisterCell(ctx, "slow", "z2"), topo.ErrUnavailable)).To(BeTrue(), "Unavailable applies after the latency too")
+	st.Unavailable("slow", false)
+
+	st.SetLatency("slow", 0)
+	g.Expect(st.RegisterCell(done, "slow", "z1")).To(Succeed(), "latency 0 still waits")
+	var switches []string
+	for _, e := range st.Log("slow") {
+		if e.Op == "latency" {
+			switches = append(switches, e.Detail)
+		}
+	}
+	g.Expect(switches).To(Equal([]string{"1h0m0s", "50ms", "0s"}))
+}

@@ -4,8 +4,10 @@ import "testing"
 
 // suiteBudget is the most exported identifiers the suite package may have (funcs, types, methods,
 // constants and variables): one vocabulary, small enough to learn in an afternoon. 65 held the harness
-// before scripts, write matchers and oracles; those brought it to 83.
-const suiteBudget = 85
+// before scripts, write matchers and oracles; those brought it to 83. Manager.Elected and External (the
+// systems perturbation points take down or slow) brought it to 86; Case.Perturb, Case.Release and the
+// Differential oracle to 89 (the point vocabulary itself lives in suite/perturb).
+const suiteBudget = 89
 
 func TestSuiteStaysWithinItsBudget(t *testing.T) {
 	ids, err := exported("../../../suite")
