@@ -6,7 +6,6 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ensembletest/ensemble/fakes/pooler"
 	"github.com/ensembletest/ensemble/fixtures"
@@ -70,7 +69,8 @@ func stalePrunePinSpec() {
 	if lifecycle == topo.LifecycleShutdown {
 		By("the pooler pruned: once the hold is released the pod reports its pooler shut down")
 		Eventually(func(g Gomega) {
-			g.Expect(poolerDataReadyReason(c, newPod)).To(Equal(multigres.ReasonPoolerShutdown))
+			cond, _ := podCondition(c, newPod, multigres.PodConditionPoolerDataReady)
+			g.Expect(cond.Reason).To(Equal(multigres.ReasonPoolerShutdown))
 		}).WithTimeout(healthyTimeout).Should(Succeed(), "the shard never reported %s's pooler shut down", newPod)
 		Expect(shardOf(c, names.Shard).Status.PodRoles).NotTo(HaveKey(newPod), "a pod whose pooler is SHUTDOWN has a role")
 	} else {
@@ -126,21 +126,6 @@ func lifecycleOf(c *suite.Case, name string) string {
 	for _, pl := range topology.Snapshot(c.Namespace) {
 		if pl.Name == name {
 			return pl.Lifecycle
-		}
-	}
-	return ""
-}
-
-// poolerDataReadyReason returns the reason of the named pod's PoolerDataReady condition ("" when the pod or
-// the condition is missing).
-func poolerDataReadyReason(c *suite.Case, name string) string {
-	p := &corev1.Pod{}
-	if err := c.Get(name, p); err != nil {
-		return ""
-	}
-	for _, cond := range p.Status.Conditions {
-		if cond.Type == multigres.PodConditionPoolerDataReady {
-			return cond.Reason
 		}
 	}
 	return ""
