@@ -55,11 +55,8 @@ func stalePrunePinSpec() {
 	}).WithTimeout(healthyTimeout).Should(BeTrue(), "pooler %s never registered", poolerName)
 
 	By("waiting for a shard pass that read the pooler while its cache lacked the pod")
-	var stale suite.Pass
 	Eventually(func() bool {
-		var ok bool
-		stale, ok = stalePass(c, names.Shard, newPod, registered)
-		return ok
+		return stalePass(c, names.Shard, newPod, registered)
 	}).WithTimeout(healthyTimeout).Should(BeTrue(),
 		"no shard pass started after %s registered, recreated %s (so listed the pods without it) and ended without an error: the race was not constructed",
 		poolerName, newPod)
@@ -88,9 +85,26 @@ func stalePrunePinSpec() {
 		if lifecycle != topo.LifecycleShutdown {
 			return nil
 		}
-		return fmt.Errorf("pooler %s of the running pod %s set SHUTDOWN by the shard's pass #%d (ID %d), whose cached pod list lacked the pod; the pod got no role",
-			poolerName, newPod, stale.N, stale.ID)
+		return fmt.Errorf("pooler %s set SHUTDOWN %s while its pod ran but was missing from the shard's cache; the pod got no role",
+			poolerName, prunedBy(c, names.Shard, poolerName))
 	})
+}
+
+// prunedBy names the Shard pass over shard during which the named pooler was set SHUTDOWN ("by the shard's
+// pass #n"), or says when it was when no pass of shard spans that moment.
+func prunedBy(c *suite.Case, shard, name string) string {
+	for _, e := range topology.Log(c.Namespace) {
+		if e.Op != "set-lifecycle" || e.Pooler != name || !e.Changed {
+			continue
+		}
+		for _, p := range c.Passes(suite.PassFilter{Name: shard, Controller: multigres.ShardControllerName}) {
+			if !e.Time.Before(p.Start) && !p.End.IsZero() && !e.Time.After(p.End) {
+				return fmt.Sprintf("by the shard's pass #%d", p.N)
+			}
+		}
+		return "at " + e.Time.Format("15:04:05.000")
+	}
+	return "(no set-lifecycle call in topology's log)"
 }
 
 // registeredAt returns when the named pooler last registered in the case's topology; zero when it has not.
@@ -104,10 +118,10 @@ func registeredAt(c *suite.Case, name string) time.Time {
 	return at
 }
 
-// stalePass returns the first Shard pass over shard that started at or after since, ended without an error
-// and created pod (which the shard does only for a pod missing from its cached list), and false when none
-// has yet. Such a pass read topology after since and ran its prune step over a pod list without pod.
-func stalePass(c *suite.Case, shard, pod string, since time.Time) (suite.Pass, bool) {
+// stalePass reports whether a Shard pass over shard started at or after since, ended without an error
+// and created pod (which the shard does only for a pod missing from its cached list). Such a pass read
+// topology after since and ran its prune step over a pod list without pod.
+func stalePass(c *suite.Case, shard, pod string, since time.Time) bool {
 	created := map[int64]bool{}
 	for _, w := range c.Writes(suite.WriteFilter{Kind: "Pod", Name: pod, Controller: multigres.ShardControllerName,
 		Verb: suite.VerbCreate, Since: since}) {
@@ -115,10 +129,10 @@ func stalePass(c *suite.Case, shard, pod string, since time.Time) (suite.Pass, b
 	}
 	for _, p := range c.Passes(suite.PassFilter{Name: shard, Controller: multigres.ShardControllerName, Since: since}) {
 		if created[p.ID] && !p.End.IsZero() && p.Err == nil {
-			return p, true
+			return true
 		}
 	}
-	return suite.Pass{}, false
+	return false
 }
 
 // lifecycleOf returns the lifecycle of the named pooler in the case's topology ("" when it is not there).
