@@ -52,6 +52,14 @@ var Default = Catalog{
 		Retire:  "when pod selectors include the component label in the real operator",
 	},
 	{
+		ID:      "MG-PRUNE-ON-STALE-PODS",
+		Title:   "poolers of pods missing from the cached pod list are shut down: a pod the cache has not seen yet loses its live pooler and never gets a role",
+		Source:  "under load a new pool pod's pooler registered before the shard controller's cache saw the pod; it was set SERVING -> SHUTDOWN and the shard stayed PoolsReady=false",
+		Default: Live,
+		Specs:   []string{"multigres pins MG-PRUNE-ON-STALE-PODS: a pool scaled 2 -> 3 with the new pod held from the shard controller's cache while its pooler registers"},
+		Retire:  "when the operator confirms a pod is gone with an uncached read before shutting down its pooler; replace the pin with a positive assertion that the pod gets its role",
+	},
+	{
 		ID:      "MO-UNSCOPED-OPERATOR",
 		Title:   "a second operator starts cluster-wide with a shared leader-election ID and reconciles another namespace's cluster",
 		Source:  "a test operator reconciled an unrelated cluster, pruned its ConfigMap keys and restarted LogService/DN/Proxy in place, dropping a client connection",

@@ -27,8 +27,8 @@ func TestParseOverrides(t *testing.T) {
 
 func TestStates(t *testing.T) {
 	mg := Default.States("MG-", map[string]State{"MG-CONDITION-MAP-ORDER": Fixed, "MG-UNNAMED-FIELD-OWNER": Live})
-	if len(mg) != 6 {
-		t.Fatalf("want the six MG- defects, got %v", mg)
+	if len(mg) != 7 {
+		t.Fatalf("want the seven MG- defects, got %v", mg)
 	}
 	if mg["MG-CONDITION-MAP-ORDER"] || !mg["MG-UNNAMED-FIELD-OWNER"] || mg["MG-NO-REQUEUE-UNCONVERGED"] {
 		t.Fatalf("states = %v", mg)
@@ -53,7 +53,7 @@ func TestCatalogIsComplete(t *testing.T) {
 			t.Errorf("%s is incomplete: %+v", d.ID, d)
 		}
 	}
-	if len(Default) != 12 {
-		t.Errorf("catalog has %d entries, the catalog lists 12", len(Default))
+	if len(Default) != 13 {
+		t.Errorf("catalog has %d entries, the catalog lists 13", len(Default))
 	}
 }

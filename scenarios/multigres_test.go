@@ -32,16 +32,23 @@ func shardOf(c *suite.Case, name string) *mgv1.Shard {
 
 // podReady reports whether the named pod of the case exists and its Ready condition is True.
 func podReady(c *suite.Case, name string) bool {
+	cond, ok := podCondition(c, name, corev1.PodReady)
+	return ok && cond.Status == corev1.ConditionTrue
+}
+
+// podCondition returns the named pod's condition of type t, and false when the pod or the condition is
+// missing.
+func podCondition(c *suite.Case, name string, t corev1.PodConditionType) (corev1.PodCondition, bool) {
 	p := &corev1.Pod{}
 	if err := c.Get(name, p); err != nil {
-		return false
+		return corev1.PodCondition{}, false
 	}
 	for _, cond := range p.Status.Conditions {
-		if cond.Type == corev1.PodReady {
-			return cond.Status == corev1.ConditionTrue
+		if cond.Type == t {
+			return cond, true
 		}
 	}
-	return false
+	return corev1.PodCondition{}, false
 }
 
 // roles returns the pods holding role in podRoles, sorted.

@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
 	mgv1 "github.com/ensembletest/ensemble/operators/multigres/api/v1alpha1"
 	"github.com/ensembletest/ensemble/operators/multigres/topo"
@@ -217,7 +218,7 @@ func TestUnconvergedRequeue(t *testing.T) {
 func TestOptions(t *testing.T) {
 	o := DefaultOptions()
 	for _, id := range DefectIDs() {
-		if want := id == DefectConditionMapOrder; o.IsLive(id) != want {
+		if want := id == DefectConditionMapOrder || id == DefectPruneOnStalePods; o.IsLive(id) != want {
 			t.Errorf("%s live=%v, want %v", id, o.IsLive(id), want)
 		}
 	}
@@ -233,7 +234,7 @@ func TestOptions(t *testing.T) {
 	if (Options{UnconvergedJitter: -1}).withDefaults().UnconvergedJitter != 0 {
 		t.Error("negative jitter means none")
 	}
-	if len(FieldOwners()) != 4 || len(DefectIDs()) != 6 {
+	if len(FieldOwners()) != 4 || len(DefectIDs()) != 7 {
 		t.Error("catalog sizes")
 	}
 }
@@ -385,5 +386,23 @@ func TestDesiredFanOut(t *testing.T) {
 	}
 	if _, ok := u.Object["metadata"].(map[string]any)["creationTimestamp"]; ok {
 		t.Error("creationTimestamp must not be applied")
+	}
+}
+
+// TestPodGone checks the fixed MG-PRUNE-ON-STALE-PODS decision: a pooler's pod is gone only when the
+// uncached read finds no pod of that name the shard controls.
+func TestPodGone(t *testing.T) {
+	shard := testShard()
+	owned := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "owned", Namespace: "ns",
+		OwnerReferences: []metav1.OwnerReference{controllerRef(shard, gvkShard)}}}
+	other := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "other", Namespace: "ns"}}
+	r := &ShardReconciler{APIReader: fake.NewClientBuilder().WithObjects(owned, other).Build()}
+	for name, want := range map[string]bool{"owned": false, "other": true, "missing": true} {
+		if got, err := r.podGone(t.Context(), shard, name); err != nil || got != want {
+			t.Errorf("podGone(%s) = %v, %v; want %v", name, got, err, want)
+		}
+	}
+	if _, err := (&ShardReconciler{}).podGone(t.Context(), shard, "owned"); err == nil || !strings.Contains(err.Error(), "APIReader is nil") {
+		t.Errorf("a nil APIReader gave %v, want an error naming it", err)
 	}
 }

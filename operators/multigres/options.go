@@ -28,12 +28,15 @@ const (
 	// DefectMultiorchCountedAsPool: the status and data-plane pod lists select only the identity labels, not
 	// component=shard-pool, so the multiorch pod counts as a pool pod that never registers.
 	DefectMultiorchCountedAsPool = "MG-MULTIORCH-COUNTED-AS-POOL"
+	// DefectPruneOnStalePods: the data plane shuts down the pooler of every pod missing from the cached pod
+	// list, so a pod the cache has not seen yet counts as gone and its live pooler is set SHUTDOWN.
+	DefectPruneOnStalePods = "MG-PRUNE-ON-STALE-PODS"
 )
 
-// DefectIDs returns the six catalog IDs of this operator, in catalog order.
+// DefectIDs returns the seven catalog IDs of this operator, in catalog order.
 func DefectIDs() []string {
 	return []string{DefectStatusSSAZeroFields, DefectStorageClassSplitWriters, DefectConditionMapOrder,
-		DefectUnnamedFieldOwner, DefectNoRequeueUnconverged, DefectMultiorchCountedAsPool}
+		DefectUnnamedFieldOwner, DefectNoRequeueUnconverged, DefectMultiorchCountedAsPool, DefectPruneOnStalePods}
 }
 
 // Default durations: the real operator's values.

@@ -30,14 +30,18 @@ import (
 //  4. pool pods <shard>-pool-<pool>-<cell>-<i> with readiness gate PoolerDataReady; unwanted ones get drain
 //     "requested";
 //  5. data plane (topology unavailable: requeue 5 s): podRoles, the PoolerDataReady pod condition, pruning
-//     poolers of gone pods (SHUTDOWN), the drain state machine;
+//     poolers of gone pods (SHUTDOWN; fixed MG-PRUNE-ON-STALE-PODS confirms the pod is gone with an uncached
+//     read first), the drain state machine;
 //  6. result: requeue while not converged (clamp(time unconverged, 5 s, 60 s) + up to 20% jitter);
 //  7. watches: For(Shard), Owns(Pod), no event filter, so every status write re-triggers the shard.
 //
-// The six Defect* switches of Options change steps 3, 5 and 6 as their comments describe.
+// The seven Defect* switches of Options change steps 3, 5 and 6 as their comments describe.
 type ShardReconciler struct {
 	// Client is used for every read and write; nil means mgr.GetClient() at setup.
 	Client client.Client
+	// APIReader reads without the cache: the fixed MG-PRUNE-ON-STALE-PODS path confirms with it that a pod
+	// missing from the cache is gone before its pooler is shut down. nil means mgr.GetAPIReader() at setup.
+	APIReader client.Reader
 	// Topo is the topology store; required (Reconcile returns an error while nil).
 	Topo topo.Store
 	// Options are the defect switches and durations; zero durations mean their defaults.
@@ -51,6 +55,9 @@ type ShardReconciler struct {
 func (r *ShardReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	if r.Client == nil {
 		r.Client = mgr.GetClient()
+	}
+	if r.APIReader == nil {
+		r.APIReader = mgr.GetAPIReader()
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&mgv1.Shard{}).
@@ -455,6 +462,17 @@ func (r *ShardReconciler) dataPlane(ctx context.Context, shard *mgv1.Shard, pods
 	}
 	for _, pl := range poolers {
 		if pl.Lifecycle != topo.LifecycleShutdown && !alive[pl.Hostname] {
+			// MG-PRUNE-ON-STALE-PODS live: alive is the cached pod list, so a pod the cache has not seen yet
+			// counts as gone and its live pooler is shut down. Fixed: an uncached read confirms it first.
+			if !opts.IsLive(DefectPruneOnStalePods) {
+				gone, err := r.podGone(ctx, shard, pl.Hostname)
+				if err != nil {
+					return res, fmt.Errorf("prune pooler %s: %w", pl.Name, err)
+				}
+				if !gone {
+					continue
+				}
+			}
 			if err := r.Topo.SetLifecycle(ctx, shard.Namespace, pl.Name, topo.LifecycleShutdown); err != nil {
 				if errors.Is(err, topo.ErrUnavailable) {
 					break
@@ -476,6 +494,24 @@ func (r *ShardReconciler) dataPlane(ctx context.Context, shard *mgv1.Shard, pods
 		}
 	}
 	return res, nil
+}
+
+// podGone reports whether the API server, read past the cache, holds no pod named name that shard controls:
+// the fixed MG-PRUNE-ON-STALE-PODS check before a pooler is shut down. A pod of that name the shard does not
+// control counts as gone, as it does in the cached list. Errors: a nil APIReader, a failed read.
+func (r *ShardReconciler) podGone(ctx context.Context, shard *mgv1.Shard, name string) (bool, error) {
+	if r.APIReader == nil {
+		return false, errors.New("ShardReconciler.APIReader is nil: set it to mgr.GetAPIReader() or use SetupWithManager")
+	}
+	pod := &corev1.Pod{}
+	err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: shard.Namespace, Name: name}, pod)
+	if apierrors.IsNotFound(err) {
+		return true, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("read pod %s without the cache: %w", name, err)
+	}
+	return !ownedBy(pod, shard), nil
 }
 
 // shardKey is the topology key of shard.
