@@ -44,7 +44,7 @@ GINKGO_ARGS = $(if $(LABELS),--label-filter="$(LABELS)" --fail-on-empty) \
 # they compute), so two halve the wall time on two cores (measured: 70 s in one, 48 s in two).
 GINKGO := $(BIN)/ginkgo
 SUITE_PROCS ?= 2
-SUITE = KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GINKGO) --procs=$(SUITE_PROCS) --timeout=$(SUITE_TIMEOUT)
+RUN_SUITE = KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GINKGO) --procs=$(SUITE_PROCS) --timeout=$(SUITE_TIMEOUT)
 
 $(GINKGO): go.mod go.sum
 	$(GO) build -o $(GINKGO) github.com/onsi/ginkgo/v2/ginkgo
@@ -54,7 +54,7 @@ $(GINKGO): go.mod go.sum
 .PHONY: test
 test: envtest-assets $(GINKGO) ## Unit tests, the scenario suite and the KubeRay example: what CI runs.
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -count=1 -timeout $(SUITE_TIMEOUT) $$($(GO) list ./... | grep -v /scenarios$$)
-	$(SUITE) $(GINKGO_ARGS) ./scenarios
+	$(RUN_SUITE) $(GINKGO_ARGS) ./scenarios
 	$(MAKE) --no-print-directory example
 
 # examples/kuberay is a Go module of its own (KubeRay's dependencies stay out of ensemble's go.mod).
@@ -65,12 +65,12 @@ example: envtest-assets ## KubeRay v1.5.0's unmodified RayCluster, RayJob and Ra
 .PHONY: test-suite
 test-suite: envtest-assets $(GINKGO) ## The scenario suite alone, verbose so pins are readable (REPORT_DIR=dir writes suite.json and junit.xml, LABELS=filter, SUITE_PROCS=processes).
 	@$(if $(REPORT_DIR),mkdir -p $(REPORT_DIR))
-	$(if $(REPORT_DIR),ENSEMBLE_ARTIFACTS=$(abspath $(REPORT_DIR))/artifacts) $(SUITE) -v $(GINKGO_ARGS) ./scenarios
+	$(if $(REPORT_DIR),ENSEMBLE_ARTIFACTS=$(abspath $(REPORT_DIR))/artifacts) $(RUN_SUITE) -v $(GINKGO_ARGS) ./scenarios
 
 .PHONY: test-race
 test-race: envtest-assets $(GINKGO) ## Unit tests, the scenario suite and the KubeRay example under the race detector.
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -race -count=1 -timeout $(SUITE_TIMEOUT) $$($(GO) list ./... | grep -v /scenarios$$)
-	$(SUITE) --race $(GINKGO_ARGS) ./scenarios
+	$(RUN_SUITE) --race $(GINKGO_ARGS) ./scenarios
 	cd examples/kuberay && KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -race -count=1 -timeout $(SUITE_TIMEOUT) ./...
 
 # defect-matrix: internal/cmd/defectmatrix flips each catalog entry (pins/catalog.go) in turn and runs its
