@@ -99,6 +99,26 @@ flake: ## Run the scenario suite (or FOCUS=regexp, LABELS=filter) N=<runs> times
 	$(if $(N),,$(error $(FLAKE_NEEDS_N)))
 	@SUITE_TIMEOUT="$(SUITE_TIMEOUT)" REPORT_DIR="$(REPORT_DIR)" GINKGO_FLAGS="$(GINKGO_FLAGS)" tools/flake/flake.sh
 
+# explore: internal/cmd/explore runs the FOCUS specs unperturbed twice, then each on its own once per perturbation
+# point (each write of each controller and fake, each of MODES) within BUDGET (points, or a duration such as 20m),
+# and prints point | mode | verdict | first difference with a command that reruns each failing point. FOCUS, MODES
+# and POINTS reach it through the environment as make got them, quotes, '#' and spaces included. SUITE names
+# another Ginkgo suite's directory (examples/kuberay); EXPLORE_JOBS runs points at once, each with its own envtest.
+EXPLORE_NEEDS_FOCUS = make explore: pass FOCUS=<spec regexp>, the specs to perturb, e.g. make explore FOCUS='becomes Healthy' BUDGET=6
+MODES ?=
+BUDGET ?=
+POINTS ?=
+REPEAT ?=
+SUITE ?=
+EXPLORE_JOBS ?= 1
+
+.PHONY: explore
+explore: envtest-assets ## Perturb the FOCUS=<spec regexp> specs one point at a time and compare with their unperturbed runs: point | mode | verdict | first difference, a rerun command per failing point (MODES=a,b|all, BUDGET=40|20m, POINTS=, REPEAT=n, SUITE=examples/kuberay, EXPLORE_JOBS=1, REPORT_DIR=dir).
+	$(if $(FOCUS),,$(error $(EXPLORE_NEEDS_FOCUS)))
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) run ./internal/cmd/explore -focus "$$FOCUS" -j $(EXPLORE_JOBS) -timeout $(SUITE_TIMEOUT) \
+	  $(if $(MODES),-modes "$$MODES") $(if $(BUDGET),-budget "$(BUDGET)") $(if $(POINTS),-points "$$POINTS") \
+	  $(if $(REPEAT),-repeat "$(REPEAT)") $(if $(SUITE),-suite "$(SUITE)") $(if $(REPORT_DIR),-report-dir $(abspath $(REPORT_DIR)))
+
 # mutate: the scenario suite's mutation score over one reference operator package. gremlins finds the mutants
 # (a dry run); internal/cmd/mutate runs each against the suite's specs through go test -overlay, since gremlins
 # itself only runs the mutated package's own tests (or the whole module's). Each mutant costs one suite run
