@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,6 +29,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/ensembletest/ensemble/internal/controlplane"
+	"github.com/ensembletest/ensemble/suite/perturb"
 )
 
 // defaultRequeueClamp is Options.RequeueClamp's default.
@@ -142,10 +144,20 @@ type Suite struct {
 	notify              *broadcast
 	cancel              context.CancelFunc
 	mu                  sync.Mutex
-	managers            map[string]*Manager
-	order               []string
-	stopOnce            sync.Once
-	stopErr             error
+	// pmu guards plans, the perturbation of each case namespace that has one (perturbation.go).
+	pmu   sync.Mutex
+	plans map[string]*plan
+	// runPoints are ENSEMBLE_PERTURB's points, set on every case; baselines are ENSEMBLE_BASELINE's end
+	// states by spec name, for the differential oracle; exploreDir is ENSEMBLE_EXPLORE's directory, where
+	// each case leaves its perturb.Record.
+	externals  map[string]External
+	runPoints  []perturb.Point
+	baselines  map[string][]map[string]map[string]string
+	exploreDir string
+	managers   map[string]*Manager
+	order      []string
+	stopOnce   sync.Once
+	stopErr    error
 }
 
 // Manager is a running manager started by Boot or StartManager.
@@ -153,11 +165,16 @@ type Manager struct {
 	// Name is ManagerOptions.Name.
 	Name string
 	mgr  manager.Manager
-	stop context.CancelFunc
-	done chan error
-	once sync.Once
-	err  error
-	s    *Suite
+	// opts start the manager again after a restart point; wm is the manager Register was given (its fence
+	// refuses writes once the point stopped it); holds are its cache's held objects (stale and coalesce).
+	opts  ManagerOptions
+	wm    *wrappingManager
+	holds *holds
+	stop  context.CancelFunc
+	done  chan error
+	once  sync.Once
+	err   error
+	s     *Suite
 }
 
 // Stop stops the manager and waits (bounded by Options.StopTimeout) for its controllers to return.
@@ -260,6 +277,9 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 		stopTimeout: opts.StopTimeout, cleanupTimeout: opts.CleanupTimeout,
 		notify: notify, rec: newRecorder(opts.Scheme, notify), stream: newStream(opts.Scheme, notify),
 		gate: newGate(), managers: map[string]*Manager{}}
+	if err := s.perturbationEnv(opts.Managers); err != nil {
+		return nil, err
+	}
 	plane, err := controlplane.Start(&envtest.Environment{
 		CRDDirectoryPaths:        crdPaths,
 		ErrorIfCRDPathMissing:    true,
@@ -404,9 +424,10 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 	if leNS == "" {
 		leNS = "default"
 	}
+	h := newHolds(scheme)
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
-		Cache:                         mo.Cache,
+		Cache:                         h.wrapCache(mo.Cache),
 		Metrics:                       metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:        "0",
 		LeaderElection:                mo.LeaderElection,
@@ -433,7 +454,7 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 		return nil, wm.err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	m := &Manager{Name: mo.Name, mgr: mgr, stop: cancel, done: make(chan error, 1), s: s}
+	m := &Manager{Name: mo.Name, mgr: mgr, opts: mo, wm: wm, holds: h, stop: cancel, done: make(chan error, 1), s: s}
 	go func() {
 		err := mgr.Start(ctx)
 		if err != nil && ctx.Err() == nil {
@@ -449,7 +470,9 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 	}
 	s.mu.Lock()
 	s.managers[mo.Name] = m
-	s.order = append(s.order, mo.Name)
+	if !slices.Contains(s.order, mo.Name) {
+		s.order = append(s.order, mo.Name)
+	}
 	s.mu.Unlock()
 	return m, nil
 }

@@ -92,7 +92,7 @@ func (s *Suite) NewCase(t TB, opts ...CaseOption) *Case {
 	_, _ = rand.Read(b)
 	ns := "e-" + name + "-" + hex.EncodeToString(b)[:5]
 	c := &Case{Namespace: ns, t: t, s: s, Started: time.Now(),
-		Client: client.WithFieldOwner(s.recordingClient(s.Client, caseManager, "spec"), CaseFieldManager), admitted: true}
+		Client: client.WithFieldOwner(s.recordingClient(s.Client, caseManager, "spec", nil), CaseFieldManager), admitted: true}
 	for _, o := range opts {
 		o(c)
 	}
@@ -101,6 +101,9 @@ func (s *Suite) NewCase(t TB, opts ...CaseOption) *Case {
 	}
 	if c.admitted {
 		s.gate.admit(ns)
+	}
+	for _, p := range s.runPoints {
+		s.planFor(ns, true).arm(p)
 	}
 	t.Cleanup(c.cleanup)
 	return c
@@ -220,9 +223,10 @@ func (c *Case) namespaced(obj client.Object) bool {
 func (c *Case) cleanup() {
 	at := time.Now()
 	c.stopInvariants()
+	// The perturbation ends before anything is judged: the oracles look at how the operators recover.
+	points, firedAt, failures := c.endPerturbation()
 	// Failures are reported last, in one Errorf: under Ginkgo, Errorf ends the cleanup there (GinkgoT's
 	// Errorf panics), and the dump and the namespace's deletion must not be skipped.
-	var failures []string
 	if err := c.invariantErrors(); err != "" {
 		failures = append(failures, err)
 	}
@@ -232,6 +236,15 @@ func (c *Case) cleanup() {
 		failures = append(failures, e)
 	}
 	failures = append(failures, c.runOracles()...)
+	if c.s.exploreDir != "" || len(c.s.baselines) > 0 {
+		end := c.endState()
+		failures = append(failures, c.differentialErrors(end)...)
+		if c.s.exploreDir != "" {
+			if err := c.writeRecord(points, firedAt, end, failures); err != nil {
+				failures = append(failures, "suite: ENSEMBLE_EXPLORE: writing the case's record: "+err.Error())
+			}
+		}
+	}
 	dumped := c.t.Failed() || len(failures) > 0
 	if dumped {
 		c.writeDump(at)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -11,6 +12,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
+	"github.com/ensembletest/ensemble/suite/perturb"
 )
 
 // withWatch lets a plain client.Client stand where the interceptor wants a client.WithWatch; Watch is not
@@ -22,77 +25,77 @@ func (withWatch) Watch(context.Context, client.ObjectList, ...client.ListOption)
 }
 
 // recordingClient wraps base so that every write is recorded as made by manager. The controller and the pass
-// come from the reconcile pass the write's context carries; controller is the fallback outside a pass.
-func (s *Suite) recordingClient(base client.Client, manager, controller string) client.Client {
+// come from the reconcile pass the write's context carries; controller is the fallback outside a pass. Every
+// write passes the case's perturbation points first (see perturbation.go), which may answer it with an
+// injected error instead of sending it. fence, when not nil, is set once the manager was stopped by a restart
+// point: every later write is refused, as a crashed process makes none.
+func (s *Suite) recordingClient(base client.Client, manager, controller string, fence *atomic.Pointer[perturb.Point]) client.Client {
 	scheme := base.Scheme()
-	rec := func(ctx context.Context, verb Verb, sub string, obj any, owner string, err error) {
-		w := Write{Time: time.Now(), Manager: manager, Controller: controller, Verb: verb, Subresource: sub, FieldOwner: owner, Err: err}
+	do := func(ctx context.Context, verb Verb, sub string, obj any, owner string, call func() error) error {
+		w := Write{Manager: manager, Controller: controller, Verb: verb, Subresource: sub, FieldOwner: owner}
 		if p := passFrom(ctx); p != nil {
 			w.Pass, w.Controller = p.ID, p.Controller
 		}
 		w.Kind, w.Namespace, w.Name = describe(scheme, obj)
+		if fence != nil {
+			if p := fence.Load(); p != nil {
+				w.Time, w.Err, w.Point = time.Now(), fmt.Errorf("suite: manager %s was stopped by point %s; a stopped process writes nothing", manager, p), p.String()
+				s.rec.addWrite(w)
+				return w.Err
+			}
+		}
+		f := s.perturbBefore(&w, base)
+		if f.err != nil {
+			w.Time, w.Err = time.Now(), f.err
+			s.rec.addWrite(w)
+			return f.err
+		}
+		err := call()
+		w.Time, w.Err = time.Now(), err
 		// A subresource create (pods/binding, pods/eviction) answers with another object: obj keeps the
 		// resourceVersion it had, which is not the one the write made.
 		if err == nil && verb != VerbDelete && verb != VerbDeleteAllOf && (verb != VerbCreate || sub == "") {
 			w.ResourceVersion = resourceVersion(obj)
 		}
 		s.rec.addWrite(w)
+		s.perturbAfter(w, f)
+		return err
 	}
 	return interceptor.NewClient(withWatch{base}, interceptor.Funcs{
 		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-			err := c.Create(ctx, obj, opts...)
-			rec(ctx, VerbCreate, "", obj, (&client.CreateOptions{}).ApplyOptions(opts).FieldManager, err)
-			return err
+			return do(ctx, VerbCreate, "", obj, (&client.CreateOptions{}).ApplyOptions(opts).FieldManager, func() error { return c.Create(ctx, obj, opts...) })
 		},
 		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
-			err := c.Update(ctx, obj, opts...)
-			rec(ctx, VerbUpdate, "", obj, (&client.UpdateOptions{}).ApplyOptions(opts).FieldManager, err)
-			return err
+			return do(ctx, VerbUpdate, "", obj, (&client.UpdateOptions{}).ApplyOptions(opts).FieldManager, func() error { return c.Update(ctx, obj, opts...) })
 		},
 		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
-			err := c.Patch(ctx, obj, patch, opts...)
-			rec(ctx, patchVerb(patch), "", obj, (&client.PatchOptions{}).ApplyOptions(opts).FieldManager, err)
-			return err
+			return do(ctx, patchVerb(patch), "", obj, (&client.PatchOptions{}).ApplyOptions(opts).FieldManager, func() error { return c.Patch(ctx, obj, patch, opts...) })
 		},
 		Apply: func(ctx context.Context, c client.WithWatch, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
-			err := c.Apply(ctx, obj, opts...)
-			rec(ctx, VerbApply, "", applyObject{obj}, (&client.ApplyOptions{}).ApplyOptions(opts).FieldManager, err)
-			return err
+			return do(ctx, VerbApply, "", applyObject{obj}, (&client.ApplyOptions{}).ApplyOptions(opts).FieldManager, func() error { return c.Apply(ctx, obj, opts...) })
 		},
 		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
-			err := c.Delete(ctx, obj, opts...)
-			rec(ctx, VerbDelete, "", obj, "", err)
-			return err
+			return do(ctx, VerbDelete, "", obj, "", func() error { return c.Delete(ctx, obj, opts...) })
 		},
 		DeleteAllOf: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteAllOfOption) error {
-			err := c.DeleteAllOf(ctx, obj, opts...)
 			// The call names a namespace, not an object: record it under the namespace, with no name.
 			o := (&client.DeleteAllOfOptions{}).ApplyOptions(opts)
 			probe := obj.DeepCopyObject().(client.Object)
 			probe.SetNamespace(o.Namespace)
 			probe.SetName("")
-			rec(ctx, VerbDeleteAllOf, "", probe, "", err)
-			return err
+			return do(ctx, VerbDeleteAllOf, "", probe, "", func() error { return c.DeleteAllOf(ctx, obj, opts...) })
 		},
 		SubResourceCreate: func(ctx context.Context, c client.Client, sub string, obj, subObj client.Object, opts ...client.SubResourceCreateOption) error {
-			err := c.SubResource(sub).Create(ctx, obj, subObj, opts...)
-			rec(ctx, VerbCreate, sub, obj, (&client.SubResourceCreateOptions{}).ApplyOptions(opts).FieldManager, err)
-			return err
+			return do(ctx, VerbCreate, sub, obj, (&client.SubResourceCreateOptions{}).ApplyOptions(opts).FieldManager, func() error { return c.SubResource(sub).Create(ctx, obj, subObj, opts...) })
 		},
 		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, opts ...client.SubResourceUpdateOption) error {
-			err := c.SubResource(sub).Update(ctx, obj, opts...)
-			rec(ctx, VerbUpdate, sub, obj, (&client.SubResourceUpdateOptions{}).ApplyOptions(opts).FieldManager, err)
-			return err
+			return do(ctx, VerbUpdate, sub, obj, (&client.SubResourceUpdateOptions{}).ApplyOptions(opts).FieldManager, func() error { return c.SubResource(sub).Update(ctx, obj, opts...) })
 		},
 		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
-			err := c.SubResource(sub).Patch(ctx, obj, patch, opts...)
-			rec(ctx, patchVerb(patch), sub, obj, (&client.SubResourcePatchOptions{}).ApplyOptions(opts).FieldManager, err)
-			return err
+			return do(ctx, patchVerb(patch), sub, obj, (&client.SubResourcePatchOptions{}).ApplyOptions(opts).FieldManager, func() error { return c.SubResource(sub).Patch(ctx, obj, patch, opts...) })
 		},
 		SubResourceApply: func(ctx context.Context, c client.Client, sub string, obj runtime.ApplyConfiguration, opts ...client.SubResourceApplyOption) error {
-			err := c.SubResource(sub).Apply(ctx, obj, opts...)
-			rec(ctx, VerbApply, sub, applyObject{obj}, (&client.SubResourceApplyOptions{}).ApplyOpts(opts).FieldManager, err)
-			return err
+			return do(ctx, VerbApply, sub, applyObject{obj}, (&client.SubResourceApplyOptions{}).ApplyOpts(opts).FieldManager, func() error { return c.SubResource(sub).Apply(ctx, obj, opts...) })
 		},
 	})
 }

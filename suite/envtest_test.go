@@ -111,6 +111,7 @@ func TestPlainTestingT(t *testing.T) {
 	t.Run("scripts", func(t *testing.T) { testScripts(t, s) })
 	t.Run("oracles", func(t *testing.T) { testOracles(t, s) })
 	t.Run("requested timeline", func(t *testing.T) { testRequestedTimeline(t, s) })
+	t.Run("perturbation", func(t *testing.T) { testPerturbation(t, s) })
 
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)

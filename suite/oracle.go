@@ -32,6 +32,11 @@ const (
 	// the spec's end, whose last pass of a controller key ended in an error, or in whose namespace no
 	// controller ever ran a reconcile pass.
 	Convergence Oracle = "convergence"
+	// Differential fails a case run with ENSEMBLE_BASELINE (as make explore runs a perturbed spec) whose end
+	// state differs from the unperturbed runs' of the same spec, field by field: the case's objects after
+	// the other oracles, without the fields that differ between the unperturbed runs themselves or by
+	// nature (see perturb.Volatile).
+	Differential Oracle = "differential"
 )
 
 // The hot-loop threshold: an object written at least hotLoopPerSlice times in each of hotLoopSlices
@@ -50,7 +55,7 @@ const (
 	convergenceTimeout = 10 * time.Second
 )
 
-var oracles = []Oracle{HotLoop, SharedFields, Convergence}
+var oracles = []Oracle{HotLoop, SharedFields, Convergence, Differential}
 
 // OptOut turns the oracle o off for this case. reason (required) says why the spec's operator may do what
 // the oracle forbids, e.g. that a live defect pinned by the spec keeps the namespace busy; it is shown in the
@@ -58,7 +63,7 @@ var oracles = []Oracle{HotLoop, SharedFields, Convergence}
 func (c *Case) OptOut(o Oracle, reason string) {
 	c.t.Helper()
 	if !knownOracle(o) {
-		c.fatalf("suite: OptOut(%q): no such oracle: use suite.HotLoop, suite.SharedFields or suite.Convergence", o)
+		c.fatalf("suite: OptOut(%q): no such oracle: use suite.HotLoop, suite.SharedFields, suite.Convergence or suite.Differential", o)
 		return
 	}
 	if strings.TrimSpace(reason) == "" {

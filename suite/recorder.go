@@ -57,8 +57,11 @@ type Write struct {
 	// derives one from the User-Agent).
 	FieldOwner string
 	// Err is the API server's answer for a rejected write (conflict, validation, not found, ...); nil when
-	// the write succeeded.
+	// the write succeeded. A write a perturbation point answered was never sent: Err is the point's error.
 	Err error
+	// Point is the perturbation point (perturb.Point's string) that fired on this write or refused it; empty
+	// for a write no point touched.
+	Point string
 }
 
 // writer is "manager/controller" (or the manager alone outside a pass), the name a write is attributed to.
@@ -85,6 +88,9 @@ func (w Write) line() string {
 	s := fmt.Sprintf("#%d %s %s %s%s %s/%s pass=%d owner=%q", w.Seq, w.Time.Format("15:04:05.000"), w.writer(), w.Verb, sub, w.Kind, key(w.Namespace, w.Name), w.Pass, w.FieldOwner)
 	if w.Err != nil {
 		s += " REJECTED: " + w.Err.Error()
+	}
+	if w.Point != "" && w.Err == nil {
+		s += " point=" + w.Point
 	}
 	return s
 }

@@ -129,7 +129,7 @@ func testOracles(t *testing.T, s *Suite) {
 		var flagged time.Duration
 		p := probe("ticker", func(c *Case) {
 			c.OptOut(Convergence, "the ticker writes until the spec ends")
-			w := s.recordingClient(s.Client, "ticker", "")
+			w := s.recordingClient(s.Client, "ticker", "", nil)
 			obj := cm("ticking", false)
 			if err := c.Create(obj); err != nil {
 				t.Fatal(err)
@@ -201,6 +201,10 @@ func testOracles(t *testing.T, s *Suite) {
 			if err := c.Create(cm("spin", true)); err != nil {
 				t.Fatal(err)
 			}
+			// The loop must be under way before the cleanup judges it: on a loaded machine its first
+			// round trip can take longer than the convergence window.
+			NewWithT(t).Eventually(func() int { return len(c.Writes(WriteFilter{Controller: "looper"})) }).
+				WithTimeout(10 * time.Second).Should(BeNumerically(">=", 3))
 		})
 		if msg := strings.Join(p.errors, "\n"); !strings.Contains(msg, "oracle convergence") || !strings.Contains(msg, "not quiescent") {
 			t.Fatalf("cleanup errors %q, want a namespace that never went quiet", p.errors)

@@ -142,19 +142,30 @@ func TestBootRejectsBadInput(t *testing.T) {
 	for name, tc := range map[string]struct {
 		opts Options
 		want string
+		env  map[string]string
 	}{
-		"nil scheme":      {Options{}, "Options.Scheme is nil"},
-		"empty name":      {Options{Scheme: newScheme(), Managers: []ManagerOptions{{Register: noop}}}, "Name is empty"},
-		"reserved name":   {Options{Scheme: newScheme(), Managers: []ManagerOptions{{Name: "case", Register: noop}}}, `not a plain name`},
-		"name with space": {Options{Scheme: newScheme(), Managers: []ManagerOptions{{Name: "my op", Register: noop}}}, `not a plain name`},
-		"duplicate name":  {Options{Scheme: newScheme(), Managers: []ManagerOptions{{Name: "a", Register: noop}, {Name: "a", Register: noop}}}, `both named "a"`},
-		"no binaries":     {Options{Scheme: newScheme()}, "make envtest-assets"},
-		"wrong CRD path":  {Options{Scheme: newScheme(), CRDDirectoryPaths: []string{"operators/nope/config/crd"}}, "does not exist"},
-		"bad timeline":    {Options{Scheme: newScheme()}, "ENSEMBLE_TIMELINE=\"[\" is neither 1 nor a regexp"},
+		"nil scheme":      {Options{}, "Options.Scheme is nil", nil},
+		"empty name":      {Options{Scheme: newScheme(), Managers: []ManagerOptions{{Register: noop}}}, "Name is empty", nil},
+		"reserved name":   {Options{Scheme: newScheme(), Managers: []ManagerOptions{{Name: "case", Register: noop}}}, `not a plain name`, nil},
+		"name with space": {Options{Scheme: newScheme(), Managers: []ManagerOptions{{Name: "my op", Register: noop}}}, `not a plain name`, nil},
+		"duplicate name":  {Options{Scheme: newScheme(), Managers: []ManagerOptions{{Name: "a", Register: noop}, {Name: "a", Register: noop}}}, `both named "a"`, nil},
+		"no binaries":     {Options{Scheme: newScheme()}, "make envtest-assets", nil},
+		"wrong CRD path":  {Options{Scheme: newScheme(), CRDDirectoryPaths: []string{"operators/nope/config/crd"}}, "does not exist", nil},
+		"bad timeline":    {Options{Scheme: newScheme()}, "ENSEMBLE_TIMELINE=\"[\" is neither 1 nor a regexp", nil},
+		"bad point": {Options{Scheme: newScheme()}, `ENSEMBLE_PERTURB: perturb: point "conflict@a": no trigger`,
+			map[string]string{"ENSEMBLE_PERTURB": "conflict@a"}},
+		"point of no manager": {Options{Scheme: newScheme(), Managers: []ManagerOptions{{Name: "a", Register: noop}}},
+			`point conflict@b/c#1: no manager is named "b"; the suite's managers are a`, map[string]string{"ENSEMBLE_PERTURB": "conflict@b/c#1"}},
+		"empty baseline": {Options{Scheme: newScheme()}, "ENSEMBLE_BASELINE: no case record (*.json) in", map[string]string{"ENSEMBLE_BASELINE": os.TempDir() + "/ensemble-no-such-baseline"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			if name == "bad timeline" {
 				t.Setenv("ENSEMBLE_TIMELINE", "[")
+			}
+			for k, v := range tc.env {
+				// Past the binaries' check, which comes first.
+				t.Setenv("KUBEBUILDER_ASSETS", fakeAssets(t))
+				t.Setenv(k, v)
 			}
 			if name == "wrong CRD path" {
 				t.Setenv("KUBEBUILDER_ASSETS", fakeAssets(t))
@@ -355,7 +366,7 @@ func TestSubresourceCreateKeepsNoResourceVersion(t *testing.T) {
 	})
 	b := newBroadcast()
 	s := &Suite{rec: newRecorder(scheme, b)}
-	c := s.recordingClient(base, "dataplane", "")
+	c := s.recordingClient(base, "dataplane", "", nil)
 	binding := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}, Target: corev1.ObjectReference{Kind: "Node", Name: "n"}}
 	if err := c.SubResource("binding").Create(t.Context(), pod, binding); err != nil {
 		t.Fatal(err)

@@ -218,6 +218,9 @@ func (tl *timeline) writeDetails(w laneWrite) []detail {
 	if w.Err != nil {
 		d = append(d, detail{"error", w.Err.Error()})
 	}
+	if w.Point != "" {
+		d = append(d, detail{"perturbation", w.Point})
+	}
 	switch {
 	case w.noop:
 		d = append(d, detail{"changed", "nothing (an earlier write answered with this resourceVersion)"})

@@ -7,11 +7,14 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync/atomic"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	"github.com/ensembletest/ensemble/suite/perturb"
 )
 
 // wrappingManager is the manager.Manager that ManagerOptions.Register receives. It is the real manager but
@@ -26,11 +29,14 @@ type wrappingManager struct {
 	// wrapped counts the controllers wrapped, by controller name; err is the first controller that could not be.
 	wrapped map[string]int
 	err     error
+	// fence is set when a restart point stopped this manager instance: its later writes are refused.
+	fence atomic.Pointer[perturb.Point]
 }
 
 func (s *Suite) newWrappingManager(mgr manager.Manager, name string, ungated bool) *wrappingManager {
-	return &wrappingManager{Manager: mgr, s: s, name: name, ungated: ungated,
-		client: s.recordingClient(mgr.GetClient(), name, ""), wrapped: map[string]int{}}
+	m := &wrappingManager{Manager: mgr, s: s, name: name, ungated: ungated, wrapped: map[string]int{}}
+	m.client = s.recordingClient(mgr.GetClient(), name, "", &m.fence)
+	return m
 }
 
 // GetClient returns the manager's client with every write recorded: attributed to this manager and, when made

@@ -1,0 +1,173 @@
+package suite
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/ensembletest/ensemble/suite/perturb"
+)
+
+// perturbationEnv reads the three variables make explore drives a run with: ENSEMBLE_PERTURB (points set
+// on every case, perturb.ParseList's form), ENSEMBLE_BASELINE (directories of unperturbed runs' records,
+// separated by the OS path list separator, for the differential oracle) and ENSEMBLE_EXPLORE (the
+// directory each case writes its record to). Errors: a point that does not parse, names a manager that is
+// not among managers (its writer's part before "/") or an external system the suite lacks, a baseline directory that cannot be read or holds no record, a record that does
+// not parse, an explore directory that cannot be made.
+func (s *Suite) perturbationEnv(managers []ManagerOptions) error {
+	points, err := perturb.ParseList(os.Getenv("ENSEMBLE_PERTURB"))
+	if err != nil {
+		return fmt.Errorf("suite: ENSEMBLE_PERTURB: %w", err)
+	}
+	var names []string
+	for _, m := range managers {
+		names = append(names, m.Name)
+	}
+	for _, p := range points {
+		if m, _, _ := strings.Cut(p.Writer, "/"); !slices.Contains(names, m) {
+			return fmt.Errorf("suite: ENSEMBLE_PERTURB: point %s: no manager is named %q; the suite's managers are %s", p, m, strings.Join(names, ", "))
+		}
+		if err := s.checkPoint(p); err != nil {
+			return fmt.Errorf("suite: ENSEMBLE_PERTURB: point %s: %w", p, err)
+		}
+	}
+	s.runPoints = points
+	if dirs := os.Getenv("ENSEMBLE_BASELINE"); dirs != "" {
+		s.baselines = map[string][]map[string]map[string]string{}
+		for _, dir := range filepath.SplitList(dirs) {
+			recs, err := readRecords(dir)
+			if err != nil {
+				return fmt.Errorf("suite: ENSEMBLE_BASELINE: %w (it names directories that ENSEMBLE_EXPLORE wrote in unperturbed runs)", err)
+			}
+			for _, r := range recs {
+				s.baselines[r.Spec] = append(s.baselines[r.Spec], r.EndState)
+			}
+		}
+	}
+	if dir := os.Getenv("ENSEMBLE_EXPLORE"); dir != "" {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("suite: ENSEMBLE_EXPLORE: %w", err)
+		}
+		s.exploreDir = dir
+	}
+	return nil
+}
+
+// readRecords reads every *.json record in dir. Errors: an unreadable directory, one with no record, a
+// record that does not parse (naming the file).
+func readRecords(dir string) ([]perturb.Record, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("no case record (*.json) in %s", dir)
+	}
+	var out []perturb.Record
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		var r perturb.Record
+		if err := json.Unmarshal(b, &r); err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// endState reads the case's objects (the watched kinds) as the differential oracle compares them: "Kind/name"
+// to flattened leaf fields, the namespace written as "<namespace>", objects made with generateName keyed
+// "Kind/<generateName>*<i>" in the order of their content (their random suffixes differ from run to run).
+func (c *Case) endState() map[string]map[string]string {
+	out := map[string]map[string]string{}
+	generated := map[string][]map[string]string{}
+	for _, o := range c.leftovers() {
+		fields := map[string]string{}
+		for path, v := range flatten(o) {
+			fields[path] = strings.ReplaceAll(v, c.Namespace, "<namespace>")
+		}
+		kind := o.GetObjectKind().GroupVersionKind().Kind
+		if g := o.GetGenerateName(); g != "" {
+			generated[kind+"/"+g+"*"] = append(generated[kind+"/"+g+"*"], fields)
+			continue
+		}
+		out[kind+"/"+o.GetName()] = fields
+	}
+	for key, objs := range generated {
+		sort.Slice(objs, func(i, j int) bool { return contentKey(objs[i]) < contentKey(objs[j]) })
+		for i, f := range objs {
+			out[fmt.Sprintf("%s%d", key, i)] = f
+		}
+	}
+	return out
+}
+
+// contentKey renders fields without the volatile ones and the name, to order generated objects by content.
+func contentKey(fields map[string]string) string {
+	var parts []string
+	for p, v := range fields {
+		if !perturb.Volatile(p) {
+			parts = append(parts, p+"="+v)
+		}
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, "\n")
+}
+
+// differentialErrors compares the case's end state with the unperturbed runs' of the same spec
+// (ENSEMBLE_BASELINE) and renders the differences; none without a baseline for the spec.
+func (c *Case) differentialErrors(end map[string]map[string]string) []string {
+	base := c.s.baselines[c.t.Name()]
+	if len(base) == 0 || c.optedOut(Differential) {
+		return nil
+	}
+	diff := perturb.Diff(base, end)
+	if len(diff) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("oracle %s: the end state differs from the unperturbed run's in %d fields:\n%s", Differential, len(diff), indent(diff))
+	first, _, _ := strings.Cut(msg, "\n")
+	c.mark(first)
+	return []string{msg}
+}
+
+// writeRecord writes the case's perturb.Record to ENSEMBLE_EXPLORE's directory.
+func (c *Case) writeRecord(points, firedAt []string, end map[string]map[string]string, failures []string) error {
+	r := perturb.Record{Spec: c.t.Name(), Namespace: c.Namespace, Points: points, Fired: firedAt,
+		EndState: end, Failed: c.t.Failed() || len(failures) > 0, Writes: []perturb.RecordWrite{}}
+	for name := range c.s.externals {
+		r.Externals = append(r.Externals, name)
+	}
+	sort.Strings(r.Externals)
+	for _, w := range c.Writes(WriteFilter{}) {
+		if w.Manager == caseManager {
+			continue
+		}
+		r.Writes = append(r.Writes, perturb.RecordWrite{Writer: w.writer(), Object: w.Kind + "/" + w.Name,
+			Verb: string(w.Verb), Subresource: w.Subresource, Rejected: w.Err != nil})
+	}
+	for _, f := range failures {
+		first, _, _ := strings.Cut(f, "\n")
+		r.Failures = append(r.Failures, first)
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(c.t.Name()))
+	name := strings.Trim(nonDNS.ReplaceAllString(strings.ToLower(c.t.Name()), "-"), "-")
+	if len(name) > 80 {
+		name = name[:80]
+	}
+	return errors.Join(os.WriteFile(filepath.Join(c.s.exploreDir, fmt.Sprintf("%s-%08x.json", name, h.Sum32())), b, 0o644))
+}

@@ -1,0 +1,117 @@
+package suite
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
+	"github.com/ensembletest/ensemble/suite/perturb"
+)
+
+// testPerturbation checks the write half of perturbation on the marker controller: a fault point refuses
+// exactly the write it names (never sent, recorded with its point) and the controller recovers; a restart
+// point stops the manager right after the write (the old instance's writes are refused from then on) and a
+// fresh instance carries on; an explore record holds the case's writes and end state, and the differential
+// oracle fails a case whose end state differs from the record's, naming the field.
+func testPerturbation(t *testing.T, s *Suite) {
+	seen := func(c *Case, name string) func() string {
+		return func() string {
+			got := &corev1.ConfigMap{}
+			if err := c.Get(name, got); err != nil {
+				return err.Error()
+			}
+			return got.Data["seen"]
+		}
+	}
+	t.Run("conflict on the first write", func(t *testing.T) {
+		c := s.NewCase(t)
+		c.Perturb(perturb.Point{Mode: perturb.Conflict, Writer: "op/configmap", Object: "ConfigMap/m", Nth: 1})
+		if err := c.Create(cm("m", false)); err != nil {
+			t.Fatal(err)
+		}
+		NewWithT(t).Eventually(seen(c, "m")).WithTimeout(10 * time.Second).Should(Equal("yes"))
+		ws := c.Writes(WriteFilter{Manager: "op"})
+		if len(ws) < 2 || !apierrors.IsConflict(ws[0].Err) || ws[0].Point != "conflict@op/configmap:ConfigMap/m#1" || ws[1].Err != nil || ws[1].Point != "" {
+			t.Fatalf("writes %v: want the first refused with a conflict by the point, the retry through", ws)
+		}
+		if !strings.Contains(ws[0].Err.Error(), "injected by point conflict@op/configmap:ConfigMap/m#1") {
+			t.Fatalf("the injected error does not name its point: %v", ws[0].Err)
+		}
+	})
+	t.Run("restart after the first write", func(t *testing.T) {
+		c := s.NewCase(t)
+		s.mu.Lock()
+		old := s.managers["op"]
+		s.mu.Unlock()
+		c.Perturb(perturb.Point{Mode: perturb.Restart, Writer: "op/configmap", Nth: 1})
+		if err := c.Create(cm("a", false)); err != nil {
+			t.Fatal(err)
+		}
+		NewWithT(t).Eventually(seen(c, "a")).WithTimeout(10 * time.Second).Should(Equal("yes"))
+		NewWithT(t).Eventually(func() *Manager {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return s.managers["op"]
+		}).WithTimeout(20 * time.Second).ShouldNot(Or(BeNil(), BeIdenticalTo(old)))
+		if old.wm.fence.Load() == nil {
+			t.Fatal("the stopped instance is not fenced")
+		}
+		if err := old.wm.GetClient().Create(t.Context(), cm("late", false)); err == nil || !strings.Contains(err.Error(), "was stopped by point restart@op/configmap#1") {
+			t.Fatalf("a write of the stopped instance: %v, want it refused naming the point", err)
+		}
+		// The fresh instance reconciles what comes next.
+		if err := c.Create(cm("b", false)); err != nil {
+			t.Fatal(err)
+		}
+		NewWithT(t).Eventually(seen(c, "b")).WithTimeout(10 * time.Second).Should(Equal("yes"))
+	})
+	t.Run("record and differential oracle", func(t *testing.T) {
+		dir := t.TempDir()
+		s.exploreDir = dir
+		defer func() { s.exploreDir, s.baselines = "", nil }()
+		run := func(value string) *probeTB {
+			p := &probeTB{name: "differential"}
+			c := s.NewCase(p)
+			o := cm("x", false)
+			o.Data = map[string]string{"k": value}
+			if err := c.Create(o); err != nil {
+				t.Fatal(err)
+			}
+			NewWithT(t).Eventually(seen(c, "x")).WithTimeout(10 * time.Second).Should(Equal("yes"))
+			p.runCleanups()
+			return p
+		}
+		if p := run("v"); p.Failed() {
+			t.Fatalf("the unperturbed case failed: %v", p.errors)
+		}
+		files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+		if len(files) != 1 {
+			t.Fatalf("records %v, want one", files)
+		}
+		b, _ := os.ReadFile(files[0])
+		var r perturb.Record
+		if err := json.Unmarshal(b, &r); err != nil {
+			t.Fatal(err)
+		}
+		if r.Spec != "differential" || r.EndState["ConfigMap/x"]["data.k"] != "v" || r.EndState["ConfigMap/x"]["data.seen"] != "yes" ||
+			len(r.Writes) == 0 || r.Writes[0] != (perturb.RecordWrite{Writer: "op/configmap", Object: "ConfigMap/x", Verb: "patch"}) {
+			t.Fatalf("record %s", b)
+		}
+		s.exploreDir = ""
+		s.baselines = map[string][]map[string]map[string]string{"differential": {r.EndState}}
+		p := run("w")
+		if !p.Failed() || !strings.Contains(strings.Join(p.errors, "\n"), "oracle differential: the end state differs from the unperturbed run's in 1 fields:\n    ConfigMap/x data.k: v -> w") {
+			t.Fatalf("cleanup errors %q, want the differential oracle to name data.k", p.errors)
+		}
+		if p := run("v"); p.Failed() {
+			t.Fatalf("a case equal to its baseline failed: %v", p.errors)
+		}
+	})
+}
