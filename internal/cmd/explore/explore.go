@@ -340,6 +340,8 @@ type Outcome struct {
 	Fired []string `json:",omitempty"`
 	// Timeline is the timeline.html the harness wrote for the failing spec, as its log names it.
 	Timeline string `json:",omitempty"`
+	// Suite is the first failure of a suite node in the run ("[AfterSuite] ..."), which is not the spec's.
+	Suite string `json:",omitempty"`
 }
 
 // differentialPrefix starts the differential oracle's failure.
@@ -349,19 +351,19 @@ const differentialPrefix = "oracle differential:"
 var timelineLine = regexp.MustCompile(`(\S+timeline\.html)\b`)
 
 // judge reads the verdict of a run of spec from the records the run wrote and its Ginkgo report (nil with
-// reportErr when it wrote none). Several records of the spec (several cases) are taken together.
+// reportErr when it wrote none). Several records of the spec (several cases) are taken together. The
+// verdict is the spec's own: its It node and its cases' records. A suite node that failed in the run (a
+// suite-level case's cleanup, the AfterSuite) is named in Suite, not charged to the spec, unless the spec
+// never ran.
 func judge(spec string, records []perturb.Record, reports []types.Report, reportErr error) Outcome {
 	if reportErr != nil {
 		return Outcome{Verdict: Error, Failure: reportErr.Error(), Difference: reportErr.Error()}
 	}
 	var (
-		o        Outcome
-		recorded bool
-		failed   bool
-		texts    []string // every failure text, the report's first: they hold the differential's lines
-		first    string   // the failure's first line
+		o                     Outcome
+		recorded, ran, failed bool
+		recordFails, itFails  []string // the spec's failure texts: its records' and its It node's
 	)
-	var recordFailures []string
 	for _, r := range records {
 		if r.Spec != spec {
 			continue
@@ -369,54 +371,55 @@ func judge(spec string, records []perturb.Record, reports []types.Report, report
 		recorded = true
 		failed = failed || r.Failed || len(r.Failures) > 0
 		o.Fired = append(o.Fired, r.Fired...)
-		recordFailures = append(recordFailures, r.Failures...)
+		recordFails = append(recordFails, r.Failures...)
 	}
-	var reportFailures []string
-	ran := false
 	for _, rep := range reports {
 		for _, sr := range rep.SpecReports {
-			if sr.LeafNodeType == types.NodeTypeIt && ginkgoreport.Name(sr) != spec {
+			it := sr.LeafNodeType == types.NodeTypeIt
+			if it && ginkgoreport.Name(sr) != spec {
 				continue
 			}
-			if sr.LeafNodeType == types.NodeTypeIt && !sr.State.Is(types.SpecStateSkipped|types.SpecStatePending) {
-				ran = true
-			}
+			ran = ran || it && !sr.State.Is(types.SpecStateSkipped|types.SpecStatePending)
 			if !sr.Failed() {
 				continue
 			}
-			failed = true
 			msg := sr.Failure.Message
 			if msg == "" {
 				msg = sr.State.String()
 			}
-			if sr.LeafNodeType != types.NodeTypeIt {
-				msg = ginkgoreport.Name(sr) + " " + msg
+			if !it {
+				if o.Suite == "" {
+					o.Suite = ginkgoreport.Name(sr) + " " + firstLine(msg)
+				}
+				continue
 			}
-			reportFailures = append(reportFailures, msg)
+			failed = true
+			itFails = append(itFails, msg)
 			for _, af := range sr.AdditionalFailures {
-				reportFailures = append(reportFailures, af.Failure.Message)
+				itFails = append(itFails, af.Failure.Message)
 			}
 			if m := timelineLine.FindStringSubmatch(sr.CapturedGinkgoWriterOutput + "\n" + sr.CapturedStdOutErr); m != nil && o.Timeline == "" {
 				o.Timeline = m[1]
 			}
 		}
 		for _, reason := range rep.SpecialSuiteFailureReasons {
-			failed = true
-			reportFailures = append(reportFailures, "suite: "+reason)
+			if o.Suite == "" {
+				o.Suite = "suite: " + reason
+			}
 		}
 	}
-	texts = append(append(texts, reportFailures...), recordFailures...)
+	first := ""
 	switch {
-	case len(recordFailures) > 0:
-		first = firstLine(recordFailures[0])
-	case len(reportFailures) > 0:
-		first = firstLine(reportFailures[0])
+	case len(recordFails) > 0:
+		first = firstLine(recordFails[0])
+	case len(itFails) > 0:
+		first = firstLine(itFails[0])
 	}
 	switch {
 	case !ran && !recorded:
 		o.Verdict, o.Failure = Error, "the spec did not run (no spec of the report has its name)"
-		if first != "" {
-			o.Failure += ": " + first
+		if o.Suite != "" {
+			o.Failure += ": " + o.Suite
 		}
 	case !recorded && !failed:
 		o.Verdict, o.Failure = Error, "the spec passed but wrote no record (ENSEMBLE_EXPLORE): it makes no suite.Case"
@@ -431,7 +434,7 @@ func judge(spec string, records []perturb.Record, reports []types.Report, report
 		o.Verdict = Pass
 	}
 	if o.Failure != "" {
-		o.Difference = difference(texts, o.Failure)
+		o.Difference = difference(append(itFails, recordFails...), o.Failure)
 	}
 	return o
 }
@@ -581,7 +584,10 @@ func table(w io.Writer, rows []Row) error {
 				continue
 			}
 			diff := r.Difference
-			if diff == "" {
+			switch {
+			case diff == "" && r.Suite != "":
+				diff = "- (suite, not the spec: " + r.Suite + ")"
+			case diff == "":
 				diff = "-"
 			}
 			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", r.Point, r.Mode, verdictCell(r), textout.Cut(diff, differenceWidth))

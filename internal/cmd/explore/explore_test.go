@@ -264,15 +264,25 @@ func TestJudge(t *testing.T) {
 			Outcome{Verdict: NotReached, Failure: "boom", Difference: "boom"}},
 		{"the records of two cases together", []perturb.Record{{Spec: name}, {Spec: "other", Failed: true}, {Spec: name, Fired: fired}}, passed, nil,
 			Outcome{Verdict: Pass, Fired: fired}},
-		{"a suite node's failure", []perturb.Record{{Spec: name, Fired: fired}},
+		{"a suite-level case's failure is not the spec's", []perturb.Record{{Spec: name, Fired: fired}, {Spec: "", Failed: true, Failures: []string{differential}}},
 			[]types.Report{{SpecReports: []types.SpecReport{spec("shard", "heals", types.SpecStatePassed, "", ""),
+				{LeafNodeType: types.NodeTypeCleanupAfterSuite, State: types.SpecStateFailed, Failure: types.Failure{Message: differential}},
 				{LeafNodeType: types.NodeTypeAfterSuite, State: types.SpecStateFailed, Failure: types.Failure{Message: "sentinel changed\nx"}}}}}, nil,
-			Outcome{Verdict: Fail, Failure: "[AfterSuite] sentinel changed", Difference: "[AfterSuite] sentinel changed", Fired: fired}},
+			Outcome{Verdict: Pass, Fired: fired, Suite: "[DeferCleanup (Suite)] oracle differential: the end state differs from the unperturbed run's in 2 fields:"}},
+		{"the spec's failure beside a suite node's", []perturb.Record{{Spec: name, Fired: fired, Failed: true}},
+			[]types.Report{{SpecReports: []types.SpecReport{spec("shard", "heals", types.SpecStateFailed, differential, ""),
+				{LeafNodeType: types.NodeTypeAfterSuite, State: types.SpecStateFailed, Failure: types.Failure{Message: "sentinel changed\nx"}}}}}, nil,
+			Outcome{Verdict: Fail, Failure: "oracle differential: the end state differs from the unperturbed run's in 2 fields:",
+				Difference: "Shard/s status.phase: Healthy -> Degraded", Fired: fired, Suite: "[AfterSuite] sentinel changed"}},
 		{"no record of a passing spec", nil, passed, nil,
 			Outcome{Verdict: Error, Failure: "the spec passed but wrote no record (ENSEMBLE_EXPLORE): it makes no suite.Case"}},
 		{"no record of a failing spec", nil, failedWith("panic", ""), nil, Outcome{Verdict: Fail, Failure: "panic", Difference: "panic"}},
 		{"the spec did not run", nil, []types.Report{{SpecialSuiteFailureReasons: []string{"Found no specs"}}}, nil,
-			Outcome{Verdict: Error, Failure: "the spec did not run (no spec of the report has its name): suite: Found no specs"}},
+			Outcome{Verdict: Error, Failure: "the spec did not run (no spec of the report has its name): suite: Found no specs", Suite: "suite: Found no specs"}},
+		{"a BeforeSuite that failed", nil, []types.Report{{SpecReports: []types.SpecReport{
+			{LeafNodeType: types.NodeTypeBeforeSuite, State: types.SpecStateFailed, Failure: types.Failure{Message: "envtest: no etcd"}},
+			spec("shard", "heals", types.SpecStateSkipped, "", "")}}}, nil,
+			Outcome{Verdict: Error, Failure: "the spec did not run (no spec of the report has its name): [BeforeSuite] envtest: no etcd", Suite: "[BeforeSuite] envtest: no etcd"}},
 		{"no report", []perturb.Record{{Spec: name, Fired: fired}}, nil, errors.New("the run wrote no JSON report"),
 			Outcome{Verdict: Error, Failure: "the run wrote no JSON report", Difference: "the run wrote no JSON report"}},
 	} {
@@ -301,6 +311,7 @@ func TestTable(t *testing.T) {
 		combine(sp("pool scales", "restart@op/pool:Pod/p#2"), []Outcome{{Verdict: Fail, Difference: "Pod/p status.phase: Running -> Pending " + strings.Repeat("x", 120)}}),
 		combine(sp("shard heals", "stale@op/shard:Shard/s#3"), []Outcome{{Verdict: NotReached}, {Verdict: NotReached}}),
 		combine(sp("shard heals", "timeout@op/shard:Shard/s#1"), []Outcome{{Verdict: Pass}, {Verdict: Fail, Difference: "d"}, {Verdict: Pass}}),
+		combine(sp("shard heals", "restart@op/shard:Shard/s#1"), []Outcome{{Verdict: Pass, Suite: "[AfterSuite] sentinel changed"}}),
 	}
 	var b bytes.Buffer
 	if err := table(&b, rows); err != nil {
@@ -311,6 +322,7 @@ func TestTable(t *testing.T) {
   conflict@op/shard:Shard/s#1  conflict  pass                      -
   stale@op/shard:Shard/s#3     stale     not reached (2/2)         -
   timeout@op/shard:Shard/s#1   timeout   differ: pass, fail, pass  d
+  restart@op/shard:Shard/s#1   restart   pass                      - (suite, not the spec: [AfterSuite] sentinel changed)
 
 spec: pool scales
   point                    mode     verdict  first difference

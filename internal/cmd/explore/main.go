@@ -37,7 +37,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -194,10 +193,18 @@ func run(ctx context.Context, c config, out io.Writer) (Exploration, error) {
 		return x, fmt.Errorf("baseline-1: %w", err)
 	}
 	desc := baseRuns[0].description()
+	records, left := ofSpecs(records, baseRuns[0].specs())
+	if len(left) > 0 {
+		fmt.Fprintf(out, "not explored: %s of no spec that ran (a suite node's case, such as a sentinel's), namespaces %s\n",
+			textout.Count(len(left), "record", "records"), strings.Join(left, ", "))
+	}
 	for _, s := range baseRuns[0].specs() {
 		if !hasSpec(records, s) {
 			fmt.Fprintf(out, "not explored: %q wrote no record (it makes no suite.Case)\n", s)
 		}
+	}
+	if len(records) == 0 {
+		return x, errors.New("no spec that ran wrote a record: there is nothing to perturb")
 	}
 
 	// 2. The points.
@@ -341,6 +348,16 @@ func report(out io.Writer, x Exploration, took []time.Duration, pointsWall time.
 				textout.Count(len(differ), "point", "points"), len(x.Rows), repeat, strings.Join(differ, "; "))
 		}
 	}
+	var suite []string
+	for _, r := range x.Rows {
+		if r.Suite != "" {
+			suite = append(suite, r.Point)
+		}
+	}
+	if len(suite) > 0 {
+		fmt.Fprintf(out, "a suite node failed beside the spec in %s (the suite's failure, not the spec's verdict; see each run's suite.json): %s\n",
+			textout.Count(len(suite), "point's run", "points' runs"), strings.Join(suite, ", "))
+	}
 	for _, r := range x.Rows {
 		switch {
 		case r.Verdict == Fail || !r.Agree:
@@ -377,6 +394,19 @@ func pointDir(i int, sp SpecPoint) string {
 }
 
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+// ofSpecs keeps the records of the specs that ran and names the namespaces of the others (a case a suite
+// node made, whose Spec is empty or no It's).
+func ofSpecs(records []perturb.Record, specs []string) (kept []perturb.Record, left []string) {
+	for _, r := range records {
+		if slices.Contains(specs, r.Spec) {
+			kept = append(kept, r)
+		} else {
+			left = append(left, r.Namespace)
+		}
+	}
+	return kept, left
+}
 
 // hasSpec says a record of spec is among records.
 func hasSpec(records []perturb.Record, spec string) bool {
@@ -605,13 +635,17 @@ func (res runResult) judge(spec string) Outcome {
 		return Outcome{Verdict: Error, Failure: err.Error(), Difference: err.Error()}
 	}
 	o := judge(spec, records, res.Reports, res.reportErr)
-	if o.Timeline == "" && (o.Verdict == Fail || o.Verdict == NotReached && o.Failure != "") {
-		_ = filepath.WalkDir(filepath.Join(res.dir, "artifacts"), func(path string, d fs.DirEntry, err error) error {
-			if err == nil && !d.IsDir() && d.Name() == "timeline.html" && o.Timeline == "" {
-				o.Timeline = path
+	if o.Timeline == "" && o.Failure != "" && o.Verdict != Error {
+		// The harness writes a case's artifacts to a directory named after its spec and ending in its
+		// namespace.
+		for _, r := range records {
+			if r.Spec != spec || o.Timeline != "" {
+				continue
 			}
-			return nil
-		})
+			if m, _ := filepath.Glob(filepath.Join(res.dir, "artifacts", "*-"+r.Namespace, "timeline.html")); len(m) > 0 {
+				o.Timeline = m[0]
+			}
+		}
 	}
 	return o
 }

@@ -37,10 +37,12 @@ case "$focus|$ENSEMBLE_PERTURB" in
   *\|conflict@op/ctl:Kind/a#2) kind=fail ;;
   *) kind=pass ;;
 esac
-mkdir -p "$ENSEMBLE_EXPLORE" "$ENSEMBLE_ARTIFACTS/case"
+mkdir -p "$ENSEMBLE_EXPLORE" "$ENSEMBLE_ARTIFACTS/pool-scales-ns-1" "$ENSEMBLE_ARTIFACTS/-ns-0"
 cp "$FAKE/record-$kind.json" "$ENSEMBLE_EXPLORE/case.json"
+cp "$FAKE/record-sentinel.json" "$ENSEMBLE_EXPLORE/sentinel.json"
+touch "$ENSEMBLE_ARTIFACTS/-ns-0/timeline.html"
 if [[ $kind == fail ]]; then
-  touch "$ENSEMBLE_ARTIFACTS/case/timeline.html"
+  touch "$ENSEMBLE_ARTIFACTS/pool-scales-ns-1/timeline.html"
   cp "$FAKE/report-fail.json" "$report"
   exit 1
 fi
@@ -72,6 +74,8 @@ func fake(t *testing.T) (dir, bin string) {
 		Writes:   writes("case/spec Pool/p", "op/ctl Kind/a", "kubelet Pod/p", "op/ctl Kind/a"),
 		EndState: map[string]map[string]string{"Kind/a": {"status.phase": "Ready"}}}
 	writeJSON(t, filepath.Join(dir, "record-base.json"), base)
+	// The case a suite node makes (a sentinel's) has no spec; its writes make no point.
+	writeJSON(t, filepath.Join(dir, "record-sentinel.json"), perturb.Record{Spec: "", Namespace: "ns-0", Writes: writes("other Kind/x")})
 	unfired := base
 	unfired.Points = []string{"restart@..."}
 	writeJSON(t, filepath.Join(dir, "record-unfired.json"), unfired)
@@ -121,12 +125,13 @@ func TestRunWithAFakeSuite(t *testing.T) {
 		t.Errorf("rows =\n%s\nwant\n%s\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"), out.String())
 	}
 	f := x.Rows[4]
-	if f.Difference != "Kind/a status.phase: Ready -> Pending" || !strings.HasSuffix(f.Timeline, "/run-1/artifacts/case/timeline.html") || !f.Agree {
+	if f.Difference != "Kind/a status.phase: Ready -> Pending" || !strings.HasSuffix(f.Timeline, "/run-1/artifacts/pool-scales-ns-1/timeline.html") || !f.Agree {
 		t.Errorf("the failing row: %+v", f)
 	}
 	wantCmd := `make explore FOCUS='^fake suite pool "scales" \(2 -> 3\)$' POINTS='conflict@op/ctl:Kind/a#2' SUITE='` + cleanSuite(dir) + `'`
 	for _, s := range []string{
-		"baseline-1: 1 spec passed", "6 points over 1 spec (modes conflict,restart); the budget of 5 points runs 5",
+		"baseline-1: 1 spec passed", "not explored: 1 record of no spec that ran (a suite node's case, such as a sentinel's), namespaces ns-0",
+		"6 points over 1 spec (modes conflict,restart); the budget of 5 points runs 5",
 		"5 of 6 points ran: 2 pass, 1 fail, 2 not reached, 0 error",
 		"determinism: every point had the same verdict in its 2 runs",
 		"FAIL conflict@op/ctl:Kind/a#2 on " + `"pool \"scales\" (2 -> 3)"`,
