@@ -599,7 +599,7 @@ func table(w io.Writer, rows []Row) error {
 	return nil
 }
 
-// spread prints the min, median and max of ds ("min 1s, median 2s, max 3s"); "none" when empty.
+// spread prints the min, median (of an even count, the mean of the middle two) and max of ds ("min 1s, median 2s, max 3s"); "none" when empty.
 func spread(ds []time.Duration) string {
 	if len(ds) == 0 {
 		return "none"
@@ -607,5 +607,9 @@ func spread(ds []time.Duration) string {
 	s := slices.Clone(ds)
 	slices.Sort(s)
 	r := func(d time.Duration) string { return d.Round(100 * time.Millisecond).String() }
-	return fmt.Sprintf("min %s, median %s, max %s", r(s[0]), r(s[len(s)/2]), r(s[len(s)-1]))
+	median := s[len(s)/2]
+	if len(s)%2 == 0 {
+		median = (s[len(s)/2-1] + median) / 2
+	}
+	return fmt.Sprintf("min %s, median %s, max %s", r(s[0]), r(median), r(s[len(s)-1]))
 }

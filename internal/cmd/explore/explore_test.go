@@ -340,6 +340,9 @@ func TestSpread(t *testing.T) {
 	if got := spread([]time.Duration{3 * time.Second, time.Second, 2 * time.Second}); got != "min 1s, median 2s, max 3s" {
 		t.Errorf("spread = %q", got)
 	}
+	if got := spread([]time.Duration{4 * time.Second, time.Second, 2 * time.Second, 10 * time.Second}); got != "min 1s, median 3s, max 10s" {
+		t.Errorf("spread of four = %q", got)
+	}
 	if got := spread(nil); got != "none" {
 		t.Errorf("spread(nil) = %q", got)
 	}

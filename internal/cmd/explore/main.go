@@ -70,7 +70,7 @@ func main() {
 	flag.StringVar(&c.focus, "focus", "", "Ginkgo focus regexp of the specs to perturb (required)")
 	flag.StringVar(&c.modes, "modes", defaultModes, "comma-separated modes of the enumerated points, or all")
 	flag.StringVar(&c.budget, "budget", "40", "how many enumerated points run: a number, or a duration such as 20m")
-	flag.StringVar(&c.points, "points", "", "run these points (perturb.Parse's form, separated by spaces) on every focused spec instead of enumerating")
+	flag.StringVar(&c.points, "points", "", "run these points (perturb.Parse's form, separated by spaces) on every focused spec instead of enumerating; -budget does not apply")
 	flag.IntVar(&c.repeat, "repeat", 1, "run each point this many times and report whether the verdicts agree")
 	flag.IntVar(&c.jobs, "j", 1, "point runs at once")
 	flag.StringVar(&c.reportDir, "report-dir", "", "directory of the runs and explore.json (default: a new temporary directory)")
