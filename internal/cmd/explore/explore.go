@@ -5,7 +5,6 @@ import (
 	"io"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -103,6 +102,10 @@ type Enumeration struct {
 	// Unparsable are the (writer, object) pairs whose points Parse would not read back (a writer with more
 	// than one '/', an object that is not Kind/name), as "spec: writer on object"; they get no point.
 	Unparsable []string
+	// Unstable are the pairs on an object the second unperturbed run did not write (its name differs from
+	// run to run, as generateName's do), as "spec: writer on object"; a point naming it could not fire in
+	// another run, so they get none.
+	Unstable []string
 	// NoWrites are the specs whose records hold no write by an operator or fake: nothing to perturb.
 	NoWrites []string
 }
@@ -115,41 +118,15 @@ type pair struct {
 
 // enumerate makes the points of the records' writes, skipping the spec's own ("case/..."). The records of
 // one spec (one per case it made) are merged: a pair's n is its largest count in any of them, and the
-// externals are their union.
-func enumerate(records []perturb.Record, modes []perturb.Mode) Enumeration {
+// externals are their union. second are the records of another unperturbed run (nil: none): a pair gets
+// points only when that run wrote its object too, k up to the smaller of the two runs' counts.
+func enumerate(records, second []perturb.Record, modes []perturb.Mode) Enumeration {
 	var e Enumeration
-	bySpec := map[string][]perturb.Record{}
-	var specs []string
-	for _, r := range records {
-		if _, ok := bySpec[r.Spec]; !ok {
-			specs = append(specs, r.Spec)
-		}
-		bySpec[r.Spec] = append(bySpec[r.Spec], r)
-	}
-	sort.Strings(specs)
-	for _, spec := range specs {
-		var pairs []pair
-		var externals []string
-		for _, r := range bySpec[spec] {
-			count := map[[2]string]int{}
-			for _, w := range r.Writes {
-				if strings.HasPrefix(w.Writer, "case/") || w.Writer == "case" || w.Object == "" {
-					continue
-				}
-				k := [2]string{w.Writer, w.Object}
-				count[k]++
-				i := slices.IndexFunc(pairs, func(p pair) bool { return p.writer == w.Writer && p.object == w.Object })
-				if i < 0 {
-					pairs = append(pairs, pair{writer: w.Writer, object: w.Object})
-					i = len(pairs) - 1
-				}
-				pairs[i].n = max(pairs[i].n, count[k])
-			}
-			for _, x := range r.Externals {
-				if !slices.Contains(externals, x) {
-					externals = append(externals, x)
-				}
-			}
+	for _, spec := range specNames(records) {
+		pairs, externals := pairsOf(records, spec)
+		var again []pair
+		if second != nil {
+			again, _ = pairsOf(second, spec)
 		}
 		// Writers in the order of their first write, each writer's objects likewise.
 		var writers []string
@@ -171,6 +148,14 @@ func enumerate(records []perturb.Record, modes []perturb.Mode) Enumeration {
 					e.Unparsable = append(e.Unparsable, fmt.Sprintf("%s: %s on %s", spec, p.writer, p.object))
 					continue
 				}
+				if second != nil {
+					i := slices.IndexFunc(again, func(q pair) bool { return q.writer == p.writer && q.object == p.object })
+					if i < 0 {
+						e.Unstable = append(e.Unstable, fmt.Sprintf("%s: %s on %s", spec, p.writer, p.object))
+						continue
+					}
+					p.n = min(p.n, again[i].n)
+				}
 				for _, m := range modes {
 					for _, sys := range systems(m, externals) {
 						for k := 1; k <= p.n; k++ {
@@ -186,6 +171,46 @@ func enumerate(records []perturb.Record, modes []perturb.Mode) Enumeration {
 		}
 	}
 	return e
+}
+
+// specNames are the records' specs, each once, sorted.
+func specNames(records []perturb.Record) []string {
+	var out []string
+	for _, r := range records {
+		out = append(out, r.Spec)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// pairsOf lists the (writer, object) pairs of spec's records in the order of their first write, each with
+// its largest count in one record, and the records' external systems.
+func pairsOf(records []perturb.Record, spec string) (pairs []pair, externals []string) {
+	for _, r := range records {
+		if r.Spec != spec {
+			continue
+		}
+		count := map[[2]string]int{}
+		for _, w := range r.Writes {
+			if strings.HasPrefix(w.Writer, "case/") || w.Writer == "case" || w.Object == "" {
+				continue
+			}
+			k := [2]string{w.Writer, w.Object}
+			count[k]++
+			i := slices.IndexFunc(pairs, func(p pair) bool { return p.writer == w.Writer && p.object == w.Object })
+			if i < 0 {
+				pairs = append(pairs, pair{writer: w.Writer, object: w.Object})
+				i = len(pairs) - 1
+			}
+			pairs[i].n = max(pairs[i].n, count[k])
+		}
+		for _, x := range r.Externals {
+			if !slices.Contains(externals, x) {
+				externals = append(externals, x)
+			}
+		}
+	}
+	return pairs, externals
 }
 
 // systems are the System values of mode m's points: each external system for down and slow (none when the

@@ -94,7 +94,7 @@ func TestEnumerate(t *testing.T) {
 		// A second case of the same spec: the pair's n is its largest count, the externals are merged.
 		{Spec: "z spec", Externals: []string{"hakeeper"}, Writes: writes("op/shard Shard/s", "bad/writer/name Shard/s")},
 	}
-	e := enumerate(records, []perturb.Mode{perturb.Conflict, perturb.Slow, perturb.Down})
+	e := enumerate(records, nil, []perturb.Mode{perturb.Conflict, perturb.Slow, perturb.Down})
 	want := []string{
 		"z spec | conflict@op/shard:Shard/s#1",
 		"z spec | conflict@op/shard:Shard/s#2",
@@ -132,8 +132,21 @@ func TestEnumerate(t *testing.T) {
 		}
 	}
 	// Without externals, down and slow make no point.
-	if e := enumerate(records[1:2], []perturb.Mode{perturb.Down}); len(e.Points) != 0 {
+	if e := enumerate(records[1:2], nil, []perturb.Mode{perturb.Down}); len(e.Points) != 0 {
 		t.Errorf("points without externals: %q", strs(e.Points))
+	}
+}
+
+func TestEnumerateOnlyObjectsBothRunsWrote(t *testing.T) {
+	first := []perturb.Record{{Spec: "s", Writes: writes("op/c Pod/p-x7k2q", "op/c Pod/p-x7k2q", "op/c Svc/head", "op/c Svc/head", "op/c Svc/head", "op/c Pod/")}}
+	second := []perturb.Record{{Spec: "s", Writes: writes("op/c Pod/p-9wd4t", "op/c Svc/head", "op/c Svc/head")}}
+	e := enumerate(first, second, []perturb.Mode{perturb.Conflict})
+	// The service's k goes up to the writes both runs made; the generated pod gets no point.
+	if got, want := strs(e.Points), []string{"s | conflict@op/c:Svc/head#1", "s | conflict@op/c:Svc/head#2"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("points = %q, want %q", got, want)
+	}
+	if !reflect.DeepEqual(e.Unstable, []string{"s: op/c on Pod/p-x7k2q"}) || !reflect.DeepEqual(e.Unparsable, []string{"s: op/c on Pod/"}) {
+		t.Errorf("Unstable = %q, Unparsable = %q", e.Unstable, e.Unparsable)
 	}
 }
 
@@ -170,7 +183,7 @@ func TestSamplerSpreadsASmallBudget(t *testing.T) {
 		{Spec: "two", Writes: writes("a/x K/t")},
 	}
 	modes := []perturb.Mode{perturb.Conflict, perturb.Timeout, perturb.Restart}
-	e := enumerate(records, modes)
+	e := enumerate(records, nil, modes)
 	if len(e.Points) != (5+1+3+1)*3 {
 		t.Fatalf("%d points", len(e.Points))
 	}

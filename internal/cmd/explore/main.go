@@ -14,7 +14,8 @@
 //     (ENSEMBLE_EXPLORE). Both must pass: a spec that fails unperturbed cannot be judged.
 //  2. The points, from baseline-1's records: for each spec, each (writer, object) pair of its operators' and
 //     fakes' writes, each mode (down and slow once per external system), each k = 1..n of the pair's n
-//     writes, the point mode@writer:Kind/name#k. The budget takes them in an order that spreads them over
+//     writes, the point mode@writer:Kind/name#k. Only objects baseline-2 wrote too get points (a name made
+//     anew each run, as by generateName, could not be named again), n the smaller of the two counts. The budget takes them in an order that spreads them over
 //     specs, writers, modes and objects before it takes any twice (see sampler); -points skips this.
 //  3. Each point, on its spec alone (a focus anchored to its full text): ENSEMBLE_PERTURB=point,
 //     ENSEMBLE_BASELINE=the two baselines' records. Its verdict is pass, fail, not reached (the point never
@@ -192,6 +193,10 @@ func run(ctx context.Context, c config, out io.Writer) (Exploration, error) {
 	if err != nil {
 		return x, fmt.Errorf("baseline-1: %w", err)
 	}
+	second, err := readRecords(baseRuns[1].records)
+	if err != nil {
+		return x, fmt.Errorf("baseline-2: %w", err)
+	}
 	desc := baseRuns[0].description()
 	records, left := ofSpecs(records, baseRuns[0].specs())
 	if len(left) > 0 {
@@ -220,13 +225,17 @@ func run(ctx context.Context, c config, out io.Writer) (Exploration, error) {
 		fmt.Fprintf(out, "%s given, on %s: %s runs\n", textout.Count(len(p.points), "point", "points"),
 			textout.Count(len(specNames(records)), "spec", "specs"), textout.Count(len(todo), "point", "points"))
 	} else {
-		e := enumerate(records, p.modes)
+		e := enumerate(records, second, p.modes)
 		x.Modes, x.Budget, x.Existed = p.modes, p.budget.String(), len(e.Points)
 		for _, s := range e.NoWrites {
 			fmt.Fprintf(out, "not explored: %q has no write by an operator or fake\n", s)
 		}
 		for _, u := range e.Unparsable {
-			fmt.Fprintf(out, "no point for %s: the point form cannot name it\n", u)
+			fmt.Fprintf(out, "no point for %s: the point form cannot name it (a create by generateName has no name yet)\n", u)
+		}
+		if len(e.Unstable) > 0 {
+			fmt.Fprintf(out, "no point for %s on objects baseline-2 did not write (named anew each run, as by generateName): %s\n",
+				textout.Count(len(e.Unstable), "pair", "pairs"), strings.Join(e.Unstable, "; "))
 		}
 		smp = newSampler(e.Points)
 		if p.budget.Points > 0 {
@@ -416,16 +425,6 @@ func hasSpec(records []perturb.Record, spec string) bool {
 		}
 	}
 	return false
-}
-
-// specNames are the records' specs, each once, sorted.
-func specNames(records []perturb.Record) []string {
-	var out []string
-	for _, r := range records {
-		out = append(out, r.Spec)
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
 }
 
 // parallel calls f(0..n-1), jobs at a time, and returns when all have returned.
