@@ -44,7 +44,7 @@ GINKGO_ARGS = $(if $(LABELS),--label-filter="$(LABELS)" --fail-on-empty) \
 # they compute), so two halve the wall time on two cores (measured: 70 s in one, 48 s in two).
 GINKGO := $(BIN)/ginkgo
 SUITE_PROCS ?= 2
-SUITE = KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GINKGO) --procs=$(SUITE_PROCS) --timeout=$(SUITE_TIMEOUT)
+RUN_SUITE = KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GINKGO) --procs=$(SUITE_PROCS) --timeout=$(SUITE_TIMEOUT)
 
 $(GINKGO): go.mod go.sum
 	$(GO) build -o $(GINKGO) github.com/onsi/ginkgo/v2/ginkgo
@@ -54,7 +54,7 @@ $(GINKGO): go.mod go.sum
 .PHONY: test
 test: envtest-assets $(GINKGO) ## Unit tests, the scenario suite and the KubeRay example: what CI runs.
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -count=1 -timeout $(SUITE_TIMEOUT) $$($(GO) list ./... | grep -v /scenarios$$)
-	$(SUITE) $(GINKGO_ARGS) ./scenarios
+	$(RUN_SUITE) $(GINKGO_ARGS) ./scenarios
 	$(MAKE) --no-print-directory example
 
 # examples/kuberay is a Go module of its own (KubeRay's dependencies stay out of ensemble's go.mod).
@@ -65,12 +65,12 @@ example: envtest-assets ## KubeRay v1.5.0's unmodified RayCluster, RayJob and Ra
 .PHONY: test-suite
 test-suite: envtest-assets $(GINKGO) ## The scenario suite alone, verbose so pins are readable (REPORT_DIR=dir writes suite.json and junit.xml, LABELS=filter, SUITE_PROCS=processes).
 	@$(if $(REPORT_DIR),mkdir -p $(REPORT_DIR))
-	$(if $(REPORT_DIR),ENSEMBLE_ARTIFACTS=$(abspath $(REPORT_DIR))/artifacts) $(SUITE) -v $(GINKGO_ARGS) ./scenarios
+	$(if $(REPORT_DIR),ENSEMBLE_ARTIFACTS=$(abspath $(REPORT_DIR))/artifacts) $(RUN_SUITE) -v $(GINKGO_ARGS) ./scenarios
 
 .PHONY: test-race
 test-race: envtest-assets $(GINKGO) ## Unit tests, the scenario suite and the KubeRay example under the race detector.
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -race -count=1 -timeout $(SUITE_TIMEOUT) $$($(GO) list ./... | grep -v /scenarios$$)
-	$(SUITE) --race $(GINKGO_ARGS) ./scenarios
+	$(RUN_SUITE) --race $(GINKGO_ARGS) ./scenarios
 	cd examples/kuberay && KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -race -count=1 -timeout $(SUITE_TIMEOUT) ./...
 
 # defect-matrix: internal/cmd/defectmatrix flips each catalog entry (pins/catalog.go) in turn and runs its
@@ -98,6 +98,26 @@ bisect: ## First commit at which FOCUS=<spec regexp> fails: GOOD=<rev> [BAD=HEAD
 flake: ## Run the scenario suite (or FOCUS=regexp, LABELS=filter) N=<runs> times: the first failing run's failure, else N/N passed and per-spec min/median/max times.
 	$(if $(N),,$(error $(FLAKE_NEEDS_N)))
 	@SUITE_TIMEOUT="$(SUITE_TIMEOUT)" REPORT_DIR="$(REPORT_DIR)" GINKGO_FLAGS="$(GINKGO_FLAGS)" tools/flake/flake.sh
+
+# explore: internal/cmd/explore runs the FOCUS specs unperturbed twice, then each on its own once per perturbation
+# point (each write of each controller and fake, each of MODES) within BUDGET (points, or a duration such as 20m),
+# and prints point | mode | verdict | first difference with a command that reruns each failing point. FOCUS, MODES
+# and POINTS reach it through the environment as make got them, quotes, '#' and spaces included. SUITE names
+# another Ginkgo suite's directory (examples/kuberay); EXPLORE_JOBS runs points at once, each with its own envtest.
+EXPLORE_NEEDS_FOCUS = make explore: pass FOCUS=<spec regexp>, the specs to perturb, e.g. make explore FOCUS='becomes Healthy' BUDGET=6
+MODES ?=
+BUDGET ?=
+POINTS ?=
+REPEAT ?=
+SUITE ?=
+EXPLORE_JOBS ?= 1
+
+.PHONY: explore
+explore: envtest-assets ## Perturb the FOCUS=<spec regexp> specs one point at a time and compare with their unperturbed runs: point | mode | verdict | first difference, a rerun command per failing point (MODES=a,b|all, BUDGET=40|20m, POINTS=, REPEAT=n, SUITE=examples/kuberay, EXPLORE_JOBS=1, REPORT_DIR=dir).
+	$(if $(FOCUS),,$(error $(EXPLORE_NEEDS_FOCUS)))
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) run ./internal/cmd/explore -focus "$$FOCUS" -j $(EXPLORE_JOBS) -timeout $(SUITE_TIMEOUT) \
+	  $(if $(MODES),-modes "$$MODES") $(if $(BUDGET),-budget "$(BUDGET)") $(if $(POINTS),-points "$$POINTS") \
+	  $(if $(REPEAT),-repeat "$(REPEAT)") $(if $(SUITE),-suite "$(SUITE)") $(if $(REPORT_DIR),-report-dir $(abspath $(REPORT_DIR)))
 
 # mutate: the scenario suite's mutation score over one reference operator package. gremlins finds the mutants
 # (a dry run); internal/cmd/mutate runs each against the suite's specs through go test -overlay, since gremlins

@@ -1,5 +1,6 @@
 // Package ginkgoreport reads Ginkgo JSON reports (-ginkgo.json-report=FILE) and names their nodes, for the
-// tools that run the scenario suite and judge its runs (tools/ginkgoreport, internal/cmd/defectmatrix).
+// tools that run the scenario suite and judge its runs (tools/ginkgoreport, internal/cmd/defectmatrix,
+// internal/cmd/explore), and runs a compiled suite to get one (RunSuite).
 package ginkgoreport
 
 import (

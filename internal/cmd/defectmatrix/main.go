@@ -26,9 +26,7 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -37,12 +35,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/onsi/ginkgo/v2/types"
 
 	"github.com/ensembletest/ensemble/internal/ginkgoreport"
+	"github.com/ensembletest/ensemble/internal/textout"
 	"github.com/ensembletest/ensemble/pins"
 )
 
@@ -70,10 +68,10 @@ func main() {
 		os.Exit(2)
 	}
 	if len(matrix.Undetected) > 0 {
-		fmt.Printf("\n%d of %s flip none of their own specs: %s\n", len(matrix.Undetected), count(len(matrix.Rows), "entry", "entries"), strings.Join(matrix.Undetected, ", "))
+		fmt.Printf("\n%d of %s flip none of their own specs: %s\n", len(matrix.Undetected), textout.Count(len(matrix.Rows), "entry", "entries"), strings.Join(matrix.Undetected, ", "))
 		os.Exit(1)
 	}
-	fmt.Printf("\nevery entry flips one of its own specs (%s)\n", count(len(matrix.Rows), "entry", "entries"))
+	fmt.Printf("\nevery entry flips one of its own specs (%s)\n", textout.Count(len(matrix.Rows), "entry", "entries"))
 }
 
 // split is a comma-separated list without empty items.
@@ -104,12 +102,8 @@ type Matrix struct {
 
 // JSON is the matrix as the JSON file holds it: indented, "->" in spec names left as it is.
 func (m Matrix) JSON() []byte {
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	_ = enc.Encode(m) // a Matrix holds only strings, bools and numbers
-	return b.Bytes()
+	b, _ := textout.JSON(m) // a Matrix holds only strings, bools and numbers
+	return b
 }
 
 func run(c config) (Matrix, error) {
@@ -151,7 +145,7 @@ func run(c config) (Matrix, error) {
 		plans = append(plans, plan(d, x, c.operators))
 	}
 	m.Baseline = baselineFilter(plans)
-	fmt.Printf("%s, seed %d; baseline: every default, label filter %s\n", count(len(plans), "catalog entry", "catalog entries"), m.Seed, describe(m.Baseline))
+	fmt.Printf("%s, seed %d; baseline: every default, label filter %s\n", textout.Count(len(plans), "catalog entry", "catalog entries"), m.Seed, describe(m.Baseline))
 	base, err := r.run("baseline", m.Baseline, "")
 	if err != nil {
 		return m, fmt.Errorf("the baseline run: %w", err)
@@ -302,15 +296,7 @@ func (res result) summary() string {
 			}
 		}
 	}
-	return fmt.Sprintf("%s, %s ran, %s failed (exit %d)", res.took.Round(time.Second), count(ran, "spec", "specs"), count(bad, "node", "nodes"), res.code)
-}
-
-// count prints n with the singular or plural noun.
-func count(n int, one, many string) string {
-	if n == 1 {
-		return "1 " + one
-	}
-	return fmt.Sprintf("%d %s", n, many)
+	return fmt.Sprintf("%s, %s ran, %s failed (exit %d)", res.took.Round(time.Second), textout.Count(ran, "spec", "specs"), textout.Count(bad, "node", "nodes"), res.code)
 }
 
 // run runs the suite's specs filter selects ("" for all) with ENSEMBLE_DEFECTS=defects, into dir/name/:
@@ -321,41 +307,20 @@ func (r runner) run(name, filter, defects string) (result, error) {
 		return result{}, err
 	}
 	report, logPath := filepath.Join(dir, "suite.json"), filepath.Join(dir, "output.log")
-	_ = os.Remove(report)
 	log, err := os.Create(logPath)
 	if err != nil {
 		return result{}, err
 	}
 	defer log.Close()
-	args := []string{"-test.v", "-test.timeout=" + r.timeout.String(), "-ginkgo.v", "-ginkgo.no-color",
-		fmt.Sprintf("-ginkgo.seed=%d", r.seed), "-ginkgo.json-report=" + report}
+	args := []string{"-test.v", "-ginkgo.v", "-ginkgo.no-color", fmt.Sprintf("-ginkgo.seed=%d", r.seed)}
 	if filter != "" {
 		args = append(args, "-ginkgo.label-filter="+filter, "-ginkgo.fail-on-empty")
 	}
-	// -test.timeout ends the binary (and the control plane it started); the deadline a minute later ends
-	// its whole process group should that fail.
-	ctx, cancel := context.WithTimeout(context.Background(), r.timeout+time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, r.bin, args...)
-	cmd.Dir = r.scenarios
-	cmd.Env = append(os.Environ(), pins.EnvVar+"="+defects, "ENSEMBLE_ARTIFACTS="+filepath.Join(dir, "artifacts"))
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 10 * time.Second
-	began := time.Now()
-	err = cmd.Run()
-	res := result{took: time.Since(began)}
-	var exit *exec.ExitError
-	switch {
-	case err == nil:
-	case errors.As(err, &exit):
-		res.code = exit.ExitCode()
-	default:
-		return res, fmt.Errorf("running the suite: %w", err)
-	}
-	if res.reports, err = ginkgoreport.Read(report); err != nil {
-		return res, fmt.Errorf("the run wrote no JSON report (exit %d, %s): its output is %s", res.code, res.took.Round(time.Second), logPath)
+	env := []string{pins.EnvVar + "=" + defects, "ENSEMBLE_ARTIFACTS=" + filepath.Join(dir, "artifacts")}
+	run, err := ginkgoreport.RunSuite(context.Background(), r.bin, r.scenarios, args, env, r.timeout, report, log)
+	res := result{reports: run.Reports, took: run.Took, code: run.Code}
+	if err != nil {
+		return res, fmt.Errorf("%w: its output is %s", err, logPath)
 	}
 	return res, nil
 }

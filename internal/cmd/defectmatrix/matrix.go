@@ -10,6 +10,7 @@ import (
 	"github.com/onsi/ginkgo/v2/types"
 
 	"github.com/ensembletest/ensemble/internal/ginkgoreport"
+	"github.com/ensembletest/ensemble/internal/textout"
 	"github.com/ensembletest/ensemble/pins"
 )
 
@@ -329,7 +330,7 @@ func table(w io.Writer, rows []Row) error {
 	for _, r := range rows {
 		var specs, flips, others []string
 		for _, s := range r.Specs {
-			specs = append(specs, cut(s.Spec, specWidth))
+			specs = append(specs, textout.Cut(s.Spec, specWidth))
 			switch {
 			case s.Changed:
 				flips = append(flips, fmt.Sprintf("yes: %s -> %s", s.Unflipped, s.Flipped))
@@ -342,7 +343,7 @@ func table(w io.Writer, rows []Row) error {
 			}
 		}
 		for _, c := range r.Others {
-			others = append(others, fmt.Sprintf("%s: %s -> %s", cut(c.Spec, specWidth), c.Unflipped, c.Flipped))
+			others = append(others, fmt.Sprintf("%s: %s -> %s", textout.Cut(c.Spec, specWidth), c.Unflipped, c.Flipped))
 		}
 		switch {
 		case r.Error != "" && len(others) == 0:
@@ -369,14 +370,6 @@ func table(w io.Writer, rows []Row) error {
 		}
 	}
 	return nil
-}
-
-// cut shortens s to n characters, the last three "..." when it is longer.
-func cut(s string, n int) string {
-	if r := []rune(s); len(r) > n {
-		return string(r[:n-3]) + "..."
-	}
-	return s
 }
 
 // at is s[i], or "" past its end.

@@ -258,16 +258,6 @@ func TestNodesThatShareANameAreOneAndAFailureWins(t *testing.T) {
 	}
 }
 
-func TestCutKeepsShortNamesWhole(t *testing.T) {
-	long := "multigres a pool scaled 2 -> 3 while pooler registrations are held: the late pooler's role lands in podRoles"
-	if got := cut(long, specWidth); got != "multigres a pool scaled 2 -> 3 while pooler registrations..." || len([]rune(got)) != specWidth {
-		t.Errorf("cut = %q (%d)", got, len([]rune(got)))
-	}
-	if got := cut("multigres is quiet", specWidth); got != "multigres is quiet" {
-		t.Errorf("cut = %q", got)
-	}
-}
-
 func TestMatrixJSONKeepsArrows(t *testing.T) {
 	m := Matrix{Rows: []Row{{ID: "MG-A", Others: []Change{{Spec: "multigres a pool scaled 2 -> 3", Unflipped: "passed", Flipped: "failed"}}}}}
 	if js := string(m.JSON()); !strings.Contains(js, `"Spec": "multigres a pool scaled 2 -> 3"`) {

@@ -1,0 +1,640 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/onsi/ginkgo/v2/types"
+
+	"github.com/ensembletest/ensemble/internal/ginkgoreport"
+	"github.com/ensembletest/ensemble/internal/textout"
+	"github.com/ensembletest/ensemble/suite/perturb"
+)
+
+// defaultModes are -modes' default: one API fault that is retried at once, one that may have been applied,
+// the restart and the two views of a held object.
+const defaultModes = "conflict,timeout,restart,stale,coalesce"
+
+// slowLatency is the delay of the slow points the enumeration makes.
+const slowLatency = 200 * time.Millisecond
+
+// parseModes reads -modes: a comma list of perturb.Modes, or "all" for every one. Errors: an empty list, an
+// unknown mode (naming the ones there are).
+func parseModes(s string) ([]perturb.Mode, error) {
+	if strings.TrimSpace(s) == "all" {
+		return slices.Clone(perturb.Modes), nil
+	}
+	var out []perturb.Mode
+	for _, f := range strings.Split(s, ",") {
+		m := perturb.Mode(strings.TrimSpace(f))
+		if m == "" {
+			continue
+		}
+		if !slices.Contains(perturb.Modes, m) {
+			return nil, fmt.Errorf("-modes (make's MODES) names %q, which is no mode: use some of %s, or all", m, modeNames())
+		}
+		if !slices.Contains(out, m) {
+			out = append(out, m)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("-modes (make's MODES) is empty: use some of %s, or all", modeNames())
+	}
+	return out, nil
+}
+
+func modeNames() string {
+	var s []string
+	for _, m := range perturb.Modes {
+		s = append(s, string(m))
+	}
+	return strings.Join(s, ",")
+}
+
+// Budget bounds how many enumerated points run: Points of them, or as many as start within Time of the
+// first. Exactly one is set.
+type Budget struct {
+	Points int
+	Time   time.Duration
+}
+
+// String renders the budget as parseBudget reads it.
+func (b Budget) String() string {
+	if b.Time > 0 {
+		return b.Time.String()
+	}
+	return strconv.Itoa(b.Points)
+}
+
+// parseBudget reads -budget: a positive number of points ("40") or a positive duration ("20m"). Errors:
+// anything else.
+func parseBudget(s string) (Budget, error) {
+	s = strings.TrimSpace(s)
+	if n, err := strconv.Atoi(s); err == nil && n > 0 {
+		return Budget{Points: n}, nil
+	}
+	if d, err := time.ParseDuration(s); err == nil && d > 0 {
+		return Budget{Time: d}, nil
+	}
+	return Budget{}, fmt.Errorf("-budget (make's BUDGET) %q is neither a positive number of points (40) nor a duration (20m)", s)
+}
+
+// SpecPoint is one point set on one spec's run.
+type SpecPoint struct {
+	Spec  string
+	Point perturb.Point
+	// Writes is how many writes the point's writer made on its object in the unperturbed run (the largest
+	// Nth the enumeration made for the pair); 0 for a point given with -points.
+	Writes int
+}
+
+// Enumeration is every point the unperturbed records allow, in enumeration order: specs by name, writers and
+// their objects in the order of their first write, then modes in -modes' order (down and slow once per
+// external system), then the write's number k = 1..n.
+type Enumeration struct {
+	Points []SpecPoint
+	// Unparsable are the (writer, object) pairs whose points Parse would not read back (a writer with more
+	// than one '/', an object that is not Kind/name), as "spec: writer on object"; they get no point.
+	Unparsable []string
+	// Unstable are the pairs on an object the second unperturbed run did not write (its name differs from
+	// run to run, as generateName's do), as "spec: writer on object"; a point naming it could not fire in
+	// another run, so they get none.
+	Unstable []string
+	// NoWrites are the specs whose records hold no write by an operator or fake: nothing to perturb.
+	NoWrites []string
+}
+
+// pair is a writer's writes on one object in one spec.
+type pair struct {
+	writer, object string
+	n              int
+}
+
+// enumerate makes the points of the records' writes, skipping the spec's own ("case/..."). The records of
+// one spec (one per case it made) are merged: a pair's n is its largest count in any of them, and the
+// externals are their union. second are the records of another unperturbed run (nil: none): a pair gets
+// points only when that run wrote its object too, k up to the smaller of the two runs' counts.
+func enumerate(records, second []perturb.Record, modes []perturb.Mode) Enumeration {
+	var e Enumeration
+	for _, spec := range specNames(records) {
+		pairs, externals := pairsOf(records, spec)
+		var again []pair
+		if second != nil {
+			again, _ = pairsOf(second, spec)
+		}
+		// Writers in the order of their first write, each writer's objects likewise.
+		var writers []string
+		for _, p := range pairs {
+			if !slices.Contains(writers, p.writer) {
+				writers = append(writers, p.writer)
+			}
+		}
+		if len(pairs) == 0 {
+			e.NoWrites = append(e.NoWrites, spec)
+		}
+		for _, w := range writers {
+			for _, p := range pairs {
+				if p.writer != w {
+					continue
+				}
+				probe := perturb.Point{Mode: perturb.Conflict, Writer: p.writer, Object: p.object, Nth: 1}
+				if _, err := perturb.Parse(probe.String()); err != nil {
+					e.Unparsable = append(e.Unparsable, fmt.Sprintf("%s: %s on %s", spec, p.writer, p.object))
+					continue
+				}
+				if second != nil {
+					i := slices.IndexFunc(again, func(q pair) bool { return q.writer == p.writer && q.object == p.object })
+					if i < 0 {
+						e.Unstable = append(e.Unstable, fmt.Sprintf("%s: %s on %s", spec, p.writer, p.object))
+						continue
+					}
+					p.n = min(p.n, again[i].n)
+				}
+				for _, m := range modes {
+					for _, sys := range systems(m, externals) {
+						for k := 1; k <= p.n; k++ {
+							pt := perturb.Point{Mode: m, System: sys, Writer: p.writer, Object: p.object, Nth: k}
+							if m == perturb.Slow {
+								pt.Latency = slowLatency
+							}
+							e.Points = append(e.Points, SpecPoint{Spec: spec, Point: pt, Writes: p.n})
+						}
+					}
+				}
+			}
+		}
+	}
+	return e
+}
+
+// specNames are the records' specs, each once, sorted.
+func specNames(records []perturb.Record) []string {
+	var out []string
+	for _, r := range records {
+		out = append(out, r.Spec)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// pairsOf lists the (writer, object) pairs of spec's records in the order of their first write, each with
+// its largest count in one record, and the records' external systems.
+func pairsOf(records []perturb.Record, spec string) (pairs []pair, externals []string) {
+	for _, r := range records {
+		if r.Spec != spec {
+			continue
+		}
+		count := map[[2]string]int{}
+		for _, w := range r.Writes {
+			if strings.HasPrefix(w.Writer, "case/") || w.Writer == "case" || w.Object == "" {
+				continue
+			}
+			k := [2]string{w.Writer, w.Object}
+			count[k]++
+			i := slices.IndexFunc(pairs, func(p pair) bool { return p.writer == w.Writer && p.object == w.Object })
+			if i < 0 {
+				pairs = append(pairs, pair{writer: w.Writer, object: w.Object})
+				i = len(pairs) - 1
+			}
+			pairs[i].n = max(pairs[i].n, count[k])
+		}
+		for _, x := range r.Externals {
+			if !slices.Contains(externals, x) {
+				externals = append(externals, x)
+			}
+		}
+	}
+	return pairs, externals
+}
+
+// systems are the System values of mode m's points: each external system for down and slow (none when the
+// suite has none), the empty one for the other modes.
+func systems(m perturb.Mode, externals []string) []string {
+	if m == perturb.Down || m == perturb.Slow {
+		return externals
+	}
+	return []string{""}
+}
+
+// modeKey is a point's mode as the sampling spreads it: down and slow once per external system.
+func modeKey(p perturb.Point) string {
+	if p.System != "" {
+		return string(p.Mode) + "(" + p.System + ")"
+	}
+	return string(p.Mode)
+}
+
+// sampler hands out an enumeration's points in the order a budget takes them: each next point is the one
+// whose spec has run least so far, then whose writer in that spec, whose mode for that writer, whose mode
+// in that spec, whose object for that writer; then the k the pair prefers (1, its last write n, then the
+// middles: n/2, n/4, 3n/4, ...); ties go to enumeration order. A small budget so covers every spec, then
+// every writer and every mode, before it covers any of them twice, and a writer tries every mode before
+// it tries one again.
+type sampler struct {
+	points []SpecPoint
+	// keys[i] are the group ids of points[i] at each level of the order; rank[i] is its k's rank.
+	keys [][nLevels]int
+	rank []int
+	// uses[level][id] is how many picked points are in group id of level.
+	uses [nLevels][]int
+	left []int // indices of the points not yet picked, in enumeration order
+}
+
+const nLevels = 5
+
+func newSampler(points []SpecPoint) *sampler {
+	s := &sampler{points: points, keys: make([][nLevels]int, len(points)), rank: make([]int, len(points))}
+	ids := [nLevels]map[string]int{}
+	for l := range ids {
+		ids[l] = map[string]int{}
+	}
+	prefs := map[int]map[int]int{}
+	for i, sp := range points {
+		p := sp.Point
+		names := [nLevels]string{
+			sp.Spec,
+			sp.Spec + "\x00" + p.Writer,
+			sp.Spec + "\x00" + p.Writer + "\x00" + modeKey(p),
+			sp.Spec + "\x00\x00" + modeKey(p),
+			sp.Spec + "\x00" + p.Writer + "\x00\x00" + p.Object,
+		}
+		for l, name := range names {
+			id, ok := ids[l][name]
+			if !ok {
+				id = len(ids[l])
+				ids[l][name] = id
+				s.uses[l] = append(s.uses[l], 0)
+			}
+			s.keys[i][l] = id
+		}
+		n := max(sp.Writes, p.Nth)
+		if prefs[n] == nil {
+			prefs[n] = preference(n)
+		}
+		s.rank[i] = prefs[n][p.Nth]
+		s.left = append(s.left, i)
+	}
+	return s
+}
+
+// next returns the next point, and false when every point has been handed out.
+func (s *sampler) next() (SpecPoint, bool) {
+	if len(s.left) == 0 {
+		return SpecPoint{}, false
+	}
+	best := 0
+	for j := 1; j < len(s.left); j++ {
+		if s.less(s.left[j], s.left[best]) {
+			best = j
+		}
+	}
+	i := s.left[best]
+	s.left = slices.Delete(s.left, best, best+1)
+	for l := range s.uses {
+		s.uses[l][s.keys[i][l]]++
+	}
+	return s.points[i], true
+}
+
+// less says point a comes before point b (a strict order: ties end in enumeration order).
+func (s *sampler) less(a, b int) bool {
+	for l := 0; l < nLevels; l++ {
+		if ua, ub := s.uses[l][s.keys[a][l]], s.uses[l][s.keys[b][l]]; ua != ub {
+			return ua < ub
+		}
+	}
+	if s.rank[a] != s.rank[b] {
+		return s.rank[a] < s.rank[b]
+	}
+	return a < b
+}
+
+// preference maps each k in 1..n to its rank in the order a pair's writes are tried: 1, n, then the middle
+// of each gap in turn, wider gaps first (n=9: 1, 9, 5, 3, 7, 2, 4, 6, 8).
+func preference(n int) map[int]int {
+	order := []int{1}
+	if n > 1 {
+		order = append(order, n)
+	}
+	gaps := [][2]int{{1, n}}
+	for len(gaps) > 0 {
+		g := gaps[0]
+		gaps = gaps[1:]
+		mid := (g[0] + g[1]) / 2
+		if mid <= g[0] || mid >= g[1] {
+			continue
+		}
+		order = append(order, mid)
+		gaps = append(gaps, [2]int{g[0], mid}, [2]int{mid, g[1]})
+	}
+	rank := make(map[int]int, len(order))
+	for i, k := range order {
+		rank[k] = i
+	}
+	return rank
+}
+
+// The verdicts of one run of a point.
+const (
+	// Pass: the spec passed its assertions and the oracles, the differential one included.
+	Pass = "pass"
+	// Fail: the spec or one of its oracles failed.
+	Fail = "fail"
+	// NotReached: the point never fired (the writer made fewer counted writes in this run).
+	NotReached = "not reached"
+	// Error: the run could not be judged (no report, or no record of the spec).
+	Error = "error"
+)
+
+// Outcome is what one run of a point on a spec came to.
+type Outcome struct {
+	Verdict string
+	// Failure is the failure's first line (the record's first cleanup failure, else the Ginkgo report's
+	// failure message), or why the run could not be judged; empty for a pass.
+	Failure string `json:",omitempty"`
+	// Difference is the first field the differential oracle names ("Kind/name path: want -> got"), else
+	// Failure.
+	Difference string `json:",omitempty"`
+	// Fired names where the point fired, as the record says.
+	Fired []string `json:",omitempty"`
+	// Timeline is the timeline.html the harness wrote for the failing spec, as its log names it.
+	Timeline string `json:",omitempty"`
+	// Suite is the first failure of a suite node in the run ("[AfterSuite] ..."), which is not the spec's.
+	Suite string `json:",omitempty"`
+}
+
+// differentialPrefix starts the differential oracle's failure.
+const differentialPrefix = "oracle differential:"
+
+// timelineLine finds the timeline a case's failure log names.
+var timelineLine = regexp.MustCompile(`(\S+timeline\.html)\b`)
+
+// judge reads the verdict of a run of spec from the records the run wrote and its Ginkgo report (nil with
+// reportErr when it wrote none). Several records of the spec (several cases) are taken together. The
+// verdict is the spec's own: its It node and its cases' records. A suite node that failed in the run (a
+// suite-level case's cleanup, the AfterSuite) is named in Suite, not charged to the spec, unless the spec
+// never ran.
+func judge(spec string, records []perturb.Record, reports []types.Report, reportErr error) Outcome {
+	if reportErr != nil {
+		return Outcome{Verdict: Error, Failure: reportErr.Error(), Difference: reportErr.Error()}
+	}
+	var (
+		o                     Outcome
+		recorded, ran, failed bool
+		recordFails, itFails  []string // the spec's failure texts: its records' and its It node's
+	)
+	for _, r := range records {
+		if r.Spec != spec {
+			continue
+		}
+		recorded = true
+		failed = failed || r.Failed || len(r.Failures) > 0
+		o.Fired = append(o.Fired, r.Fired...)
+		recordFails = append(recordFails, r.Failures...)
+	}
+	for _, rep := range reports {
+		for _, sr := range rep.SpecReports {
+			it := sr.LeafNodeType == types.NodeTypeIt
+			if it && ginkgoreport.Name(sr) != spec {
+				continue
+			}
+			ran = ran || it && !sr.State.Is(types.SpecStateSkipped|types.SpecStatePending)
+			if !sr.Failed() {
+				continue
+			}
+			msg := sr.Failure.Message
+			if msg == "" {
+				msg = sr.State.String()
+			}
+			if !it {
+				if o.Suite == "" {
+					o.Suite = ginkgoreport.Name(sr) + " " + firstLine(msg)
+				}
+				continue
+			}
+			failed = true
+			itFails = append(itFails, msg)
+			for _, af := range sr.AdditionalFailures {
+				itFails = append(itFails, af.Failure.Message)
+			}
+			if m := timelineLine.FindStringSubmatch(sr.CapturedGinkgoWriterOutput + "\n" + sr.CapturedStdOutErr); m != nil && o.Timeline == "" {
+				o.Timeline = m[1]
+			}
+		}
+		for _, reason := range rep.SpecialSuiteFailureReasons {
+			if o.Suite == "" {
+				o.Suite = "suite: " + reason
+			}
+		}
+	}
+	first := ""
+	switch {
+	case len(recordFails) > 0:
+		first = firstLine(recordFails[0])
+	case len(itFails) > 0:
+		first = firstLine(itFails[0])
+	}
+	switch {
+	case !ran && !recorded:
+		o.Verdict, o.Failure = Error, "the spec did not run (no spec of the report has its name)"
+		if o.Suite != "" {
+			o.Failure += ": " + o.Suite
+		}
+	case !recorded && !failed:
+		o.Verdict, o.Failure = Error, "the spec passed but wrote no record (ENSEMBLE_EXPLORE): it makes no suite.Case"
+	case recorded && len(o.Fired) == 0:
+		o.Verdict, o.Failure = NotReached, first
+	case failed:
+		o.Verdict, o.Failure = Fail, first
+		if o.Failure == "" {
+			o.Failure = "failed without a message"
+		}
+	default:
+		o.Verdict = Pass
+	}
+	if o.Failure != "" {
+		o.Difference = difference(append(itFails, recordFails...), o.Failure)
+	}
+	return o
+}
+
+// difference is the first line after the differential oracle's "oracle differential: ..." line in texts
+// (the line's own rest when nothing follows it), else fallback.
+func difference(texts []string, fallback string) string {
+	rest := ""
+	for _, t := range texts {
+		lines := strings.Split(t, "\n")
+		for i, l := range lines {
+			l = strings.TrimSpace(l)
+			if !strings.HasPrefix(l, differentialPrefix) {
+				continue
+			}
+			for _, next := range lines[i+1:] {
+				if next = strings.TrimSpace(next); next != "" {
+					return next
+				}
+			}
+			if rest == "" {
+				rest = strings.TrimSpace(strings.TrimPrefix(l, differentialPrefix))
+			}
+		}
+	}
+	if rest != "" {
+		return rest
+	}
+	return fallback
+}
+
+func firstLine(s string) string {
+	l, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(l)
+}
+
+// specFocus is the Ginkgo focus regexp that selects exactly spec in the suite described desc: Ginkgo
+// matches a focus against the suite's description and the spec's full text joined by a space. A literal
+// '$' is written \x24, so make, which expands '$' in a variable's value, passes the regexp on unchanged.
+func specFocus(desc, spec string) string {
+	return "^" + strings.ReplaceAll(regexp.QuoteMeta(desc+" "+spec), `\$`, `\x24`) + "$"
+}
+
+// shellQuote quotes s for a POSIX shell: in single quotes, each single quote of s written as a quote that
+// closes them, a backslash-escaped quote and a quote that opens them again.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// defaultSuite is -suite's default, as cleanSuite writes it.
+const defaultSuite = "scenarios"
+
+// cleanSuite writes a -suite directory as the rerun command names it: relative, without "./" or a trailing
+// slash.
+func cleanSuite(dir string) string {
+	return strings.TrimPrefix(strings.TrimSuffix(strings.ReplaceAll(dir, `\`, "/"), "/"), "./")
+}
+
+// rerun is the one command that runs exactly point on spec again: its unperturbed baselines, then the point.
+func rerun(suite, desc, spec, point string) string {
+	cmd := "make explore FOCUS=" + shellQuote(specFocus(desc, spec)) + " POINTS=" + shellQuote(point)
+	if s := cleanSuite(suite); s != defaultSuite {
+		cmd += " SUITE=" + shellQuote(s)
+	}
+	return cmd
+}
+
+// Row is one point's line of the result: the point on a spec, its runs (-repeat of them) and their verdict.
+type Row struct {
+	Spec  string
+	Point string
+	Mode  perturb.Mode
+	// Outcome is the first run's, or the first failing run's when the runs disagree.
+	Outcome
+	// Verdicts are every run's verdict, in order; Agree says they are all the same.
+	Verdicts []string
+	Agree    bool
+	// Took is each run's wall time; Dir is the directory of the point's runs.
+	Took []Duration
+	Dir  string
+	// Command reruns exactly this point.
+	Command string
+}
+
+// Duration is a time.Duration that JSON writes as a string such as "12.3s".
+type Duration time.Duration
+
+// MarshalText writes the duration rounded to 100 ms.
+func (d Duration) MarshalText() ([]byte, error) {
+	return []byte(time.Duration(d).Round(100 * time.Millisecond).String()), nil
+}
+
+// combine makes a point's row from its runs' outcomes (at least one).
+func combine(sp SpecPoint, outs []Outcome) Row {
+	row := Row{Spec: sp.Spec, Point: sp.Point.String(), Mode: sp.Point.Mode, Outcome: outs[0], Agree: true}
+	for _, o := range outs {
+		row.Verdicts = append(row.Verdicts, o.Verdict)
+		row.Agree = row.Agree && o.Verdict == outs[0].Verdict
+	}
+	if !row.Agree {
+		for _, o := range outs {
+			if o.Verdict == Fail {
+				row.Outcome = o
+				break
+			}
+		}
+	}
+	return row
+}
+
+// verdictCell is the table's verdict of a row: the verdict, or every run's when they disagree.
+func verdictCell(r Row) string {
+	if r.Agree {
+		if len(r.Verdicts) > 1 {
+			return fmt.Sprintf("%s (%d/%d)", r.Verdict, len(r.Verdicts), len(r.Verdicts))
+		}
+		return r.Verdict
+	}
+	return "differ: " + strings.Join(r.Verdicts, ", ")
+}
+
+// differenceWidth is how many characters of a first difference the table shows; explore.json has it whole.
+const differenceWidth = 110
+
+// table prints the rows grouped by spec (in the order of their first row), columns aligned:
+// point | mode | verdict | first difference.
+func table(w io.Writer, rows []Row) error {
+	var specs []string
+	for _, r := range rows {
+		if !slices.Contains(specs, r.Spec) {
+			specs = append(specs, r.Spec)
+		}
+	}
+	for i, spec := range specs {
+		if i > 0 {
+			if _, err := fmt.Fprintln(w); err != nil {
+				return err
+			}
+		}
+		if _, err := fmt.Fprintf(w, "spec: %s\n", spec); err != nil {
+			return err
+		}
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  point\tmode\tverdict\tfirst difference")
+		for _, r := range rows {
+			if r.Spec != spec {
+				continue
+			}
+			diff := r.Difference
+			switch {
+			case diff == "" && r.Suite != "":
+				diff = "- (suite, not the spec: " + r.Suite + ")"
+			case diff == "":
+				diff = "-"
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", r.Point, r.Mode, verdictCell(r), textout.Cut(diff, differenceWidth))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// spread prints the min, median (of an even count, the mean of the middle two) and max of ds ("min 1s, median 2s, max 3s"); "none" when empty.
+func spread(ds []time.Duration) string {
+	if len(ds) == 0 {
+		return "none"
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	r := func(d time.Duration) string { return d.Round(100 * time.Millisecond).String() }
+	median := s[len(s)/2]
+	if len(s)%2 == 0 {
+		median = (s[len(s)/2-1] + median) / 2
+	}
+	return fmt.Sprintf("min %s, median %s, max %s", r(s[0]), r(median), r(s[len(s)-1]))
+}

@@ -1,0 +1,435 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/onsi/ginkgo/v2/types"
+
+	"github.com/ensembletest/ensemble/suite/perturb"
+)
+
+func TestParseModes(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    []perturb.Mode
+		wantErr string
+	}{
+		{defaultModes, []perturb.Mode{perturb.Conflict, perturb.Timeout, perturb.Restart, perturb.Stale, perturb.Coalesce}, ""},
+		{"all", perturb.Modes, ""},
+		{" restart , conflict,restart,", []perturb.Mode{perturb.Restart, perturb.Conflict}, ""},
+		{"conflict,crash", nil, `names "crash", which is no mode: use some of conflict,throttle,internal,timeout,restart,stale,coalesce,down,slow, or all`},
+		{" , ", nil, "is empty"},
+	} {
+		got, err := parseModes(tc.in)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("parseModes(%q) err = %v, want one containing %q", tc.in, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || !reflect.DeepEqual(got, tc.want) {
+			t.Errorf("parseModes(%q) = %v, %v; want %v", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestParseBudget(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Budget
+		ok   bool
+	}{
+		{"40", Budget{Points: 40}, true},
+		{" 6 ", Budget{Points: 6}, true},
+		{"20m", Budget{Time: 20 * time.Minute}, true},
+		{"1h30m", Budget{Time: 90 * time.Minute}, true},
+		{"0", Budget{}, false},
+		{"-3", Budget{}, false},
+		{"0s", Budget{}, false},
+		{"forty", Budget{}, false},
+		{"", Budget{}, false},
+	} {
+		got, err := parseBudget(tc.in)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("parseBudget(%q) = %+v, %v; want %+v (ok %v)", tc.in, got, err, tc.want, tc.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "neither a positive number of points (40) nor a duration (20m)") {
+			t.Errorf("parseBudget(%q) err = %v", tc.in, err)
+		}
+	}
+}
+
+// writes fabricates a record's writes: each "writer object" string once per listing.
+func writes(ws ...string) []perturb.RecordWrite {
+	var out []perturb.RecordWrite
+	for _, w := range ws {
+		writer, object, _ := strings.Cut(w, " ")
+		out = append(out, perturb.RecordWrite{Writer: writer, Object: object, Verb: "update"})
+	}
+	return out
+}
+
+func strs(sps []SpecPoint) []string {
+	var out []string
+	for _, sp := range sps {
+		out = append(out, sp.Spec+" | "+sp.Point.String())
+	}
+	return out
+}
+
+func TestEnumerate(t *testing.T) {
+	records := []perturb.Record{
+		{Spec: "z spec", Externals: []string{"pooler"}, Writes: writes(
+			"op/shard Shard/s", "case/spec Cluster/c", "kubelet Pod/p", "op/shard Shard/s", "op/shard Pod/p")},
+		{Spec: "a spec", Writes: writes("case/spec Cluster/c")},
+		// A second case of the same spec: the pair's n is its largest count, the externals are merged.
+		{Spec: "z spec", Externals: []string{"hakeeper"}, Writes: writes("op/shard Shard/s", "bad/writer/name Shard/s")},
+	}
+	e := enumerate(records, nil, []perturb.Mode{perturb.Conflict, perturb.Slow, perturb.Down})
+	want := []string{
+		"z spec | conflict@op/shard:Shard/s#1",
+		"z spec | conflict@op/shard:Shard/s#2",
+		"z spec | slow(pooler,200ms)@op/shard:Shard/s#1",
+		"z spec | slow(pooler,200ms)@op/shard:Shard/s#2",
+		"z spec | slow(hakeeper,200ms)@op/shard:Shard/s#1",
+		"z spec | slow(hakeeper,200ms)@op/shard:Shard/s#2",
+		"z spec | down(pooler)@op/shard:Shard/s#1",
+		"z spec | down(pooler)@op/shard:Shard/s#2",
+		"z spec | down(hakeeper)@op/shard:Shard/s#1",
+		"z spec | down(hakeeper)@op/shard:Shard/s#2",
+		"z spec | conflict@op/shard:Pod/p#1",
+		"z spec | slow(pooler,200ms)@op/shard:Pod/p#1",
+		"z spec | slow(hakeeper,200ms)@op/shard:Pod/p#1",
+		"z spec | down(pooler)@op/shard:Pod/p#1",
+		"z spec | down(hakeeper)@op/shard:Pod/p#1",
+		"z spec | conflict@kubelet:Pod/p#1",
+		"z spec | slow(pooler,200ms)@kubelet:Pod/p#1",
+		"z spec | slow(hakeeper,200ms)@kubelet:Pod/p#1",
+		"z spec | down(pooler)@kubelet:Pod/p#1",
+		"z spec | down(hakeeper)@kubelet:Pod/p#1",
+	}
+	if got := strs(e.Points); !reflect.DeepEqual(got, want) {
+		t.Errorf("points =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if !reflect.DeepEqual(e.NoWrites, []string{"a spec"}) {
+		t.Errorf("NoWrites = %q", e.NoWrites)
+	}
+	if !reflect.DeepEqual(e.Unparsable, []string{"z spec: bad/writer/name on Shard/s"}) {
+		t.Errorf("Unparsable = %q", e.Unparsable)
+	}
+	for _, sp := range e.Points {
+		if back, err := perturb.Parse(sp.Point.String()); err != nil || back != sp.Point {
+			t.Errorf("%s does not read back: %+v, %v", sp.Point, back, err)
+		}
+	}
+	// Without externals, down and slow make no point.
+	if e := enumerate(records[1:2], nil, []perturb.Mode{perturb.Down}); len(e.Points) != 0 {
+		t.Errorf("points without externals: %q", strs(e.Points))
+	}
+}
+
+func TestEnumerateOnlyObjectsBothRunsWrote(t *testing.T) {
+	first := []perturb.Record{{Spec: "s", Writes: writes("op/c Pod/p-x7k2q", "op/c Pod/p-x7k2q", "op/c Svc/head", "op/c Svc/head", "op/c Svc/head", "op/c Pod/")}}
+	second := []perturb.Record{{Spec: "s", Writes: writes("op/c Pod/p-9wd4t", "op/c Svc/head", "op/c Svc/head")}}
+	e := enumerate(first, second, []perturb.Mode{perturb.Conflict})
+	// The service's k goes up to the writes both runs made; the generated pod gets no point.
+	if got, want := strs(e.Points), []string{"s | conflict@op/c:Svc/head#1", "s | conflict@op/c:Svc/head#2"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("points = %q, want %q", got, want)
+	}
+	if !reflect.DeepEqual(e.Unstable, []string{"s: op/c on Pod/p-x7k2q"}) || !reflect.DeepEqual(e.Unparsable, []string{"s: op/c on Pod/"}) {
+		t.Errorf("Unstable = %q, Unparsable = %q", e.Unstable, e.Unparsable)
+	}
+}
+
+func TestPreference(t *testing.T) {
+	for n, want := range map[int][]int{1: {1}, 2: {1, 2}, 3: {1, 3, 2}, 9: {1, 9, 5, 3, 7, 2, 4, 6, 8}} {
+		rank := preference(n)
+		got := make([]int, len(rank))
+		for k, r := range rank {
+			got[r] = k
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("preference(%d) orders %v, want %v", n, got, want)
+		}
+	}
+}
+
+// take is the sampler's first n points (all with n < 0).
+func take(points []SpecPoint, n int) []string {
+	s := newSampler(points)
+	var out []SpecPoint
+	for n < 0 || len(out) < n {
+		sp, ok := s.next()
+		if !ok {
+			break
+		}
+		out = append(out, sp)
+	}
+	return strs(out)
+}
+
+func TestSamplerSpreadsASmallBudget(t *testing.T) {
+	records := []perturb.Record{
+		{Spec: "one", Writes: writes("a/x K/o", "a/x K/o", "a/x K/o", "a/x K/o", "a/x K/o", "b/y K/o", "c K/q", "c K/q", "c K/q")},
+		{Spec: "two", Writes: writes("a/x K/t")},
+	}
+	modes := []perturb.Mode{perturb.Conflict, perturb.Timeout, perturb.Restart}
+	e := enumerate(records, nil, modes)
+	if len(e.Points) != (5+1+3+1)*3 {
+		t.Fatalf("%d points", len(e.Points))
+	}
+	// Specs alternate while both have points; within "one" the writers a/x, b/y, c take turns and the modes
+	// rotate so that the first three of "one" cover every writer and every mode; a pair's k goes 1, n, middle.
+	want := []string{
+		"one | conflict@a/x:K/o#1",
+		"two | conflict@a/x:K/t#1",
+		"one | timeout@b/y:K/o#1",
+		"two | timeout@a/x:K/t#1",
+		"one | restart@c:K/q#1",
+		"two | restart@a/x:K/t#1",
+		"one | timeout@a/x:K/o#1",
+		"one | conflict@b/y:K/o#1",
+		"one | conflict@c:K/q#1",
+		"one | restart@a/x:K/o#1",
+		"one | restart@b/y:K/o#1",
+		"one | timeout@c:K/q#1",
+		// b/y has no point left; a/x and c go on with k = n, the mode least used in the spec first.
+		"one | conflict@a/x:K/o#5",
+		"one | timeout@c:K/q#3",
+		"one | restart@a/x:K/o#5",
+	}
+	if got := take(e.Points, len(want)); !reflect.DeepEqual(got, want) {
+		t.Errorf("order =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// The whole order hands out every point once.
+	all := take(e.Points, -1)
+	seen := map[string]bool{}
+	for _, p := range all {
+		seen[p] = true
+	}
+	if len(all) != len(e.Points) || len(seen) != len(e.Points) {
+		t.Errorf("the whole order has %d points, %d distinct, of %d", len(all), len(seen), len(e.Points))
+	}
+	// a/x's k on K/o in the order the budget takes them, for one mode.
+	var ks []string
+	for _, p := range all {
+		if strings.HasPrefix(p, "one | conflict@a/x:K/o#") {
+			ks = append(ks, strings.TrimPrefix(p, "one | conflict@a/x:K/o"))
+		}
+	}
+	if strings.Join(ks, " ") != "#1 #5 #3 #2 #4" {
+		t.Errorf("k order %v", ks)
+	}
+}
+
+// spec fabricates an It's report.
+func spec(container, text string, state types.SpecState, message, captured string) types.SpecReport {
+	return types.SpecReport{LeafNodeType: types.NodeTypeIt, ContainerHierarchyTexts: []string{container}, LeafNodeText: text,
+		State: state, Failure: types.Failure{Message: message}, CapturedGinkgoWriterOutput: captured}
+}
+
+const differential = "oracle differential: the end state differs from the unperturbed run's in 2 fields:\n" +
+	"  Shard/s status.phase: Healthy -> Degraded\n  Shard/s status.ready: true -> false"
+
+func TestJudge(t *testing.T) {
+	const name = "shard heals"
+	fired := []string{"conflict@op#1 at Shard/s (update by op/shard)"}
+	passed := []types.Report{{SpecReports: []types.SpecReport{spec("shard", "heals", types.SpecStatePassed, "", "")}}}
+	failedWith := func(msg, captured string) []types.Report {
+		return []types.Report{{SpecReports: []types.SpecReport{spec("shard", "heals", types.SpecStateFailed, msg, captured)}}}
+	}
+	for _, tc := range []struct {
+		name      string
+		records   []perturb.Record
+		reports   []types.Report
+		reportErr error
+		want      Outcome
+	}{
+		{"a pass", []perturb.Record{{Spec: name, Fired: fired}}, passed, nil,
+			Outcome{Verdict: Pass, Fired: fired}},
+		{"the differential's first field", []perturb.Record{{Spec: name, Fired: fired, Failed: true,
+			Failures: []string{"oracle differential: the end state differs from the unperturbed run's in 2 fields:"}}},
+			failedWith("suite: hot loop: none\n"+differential, "suite: failure dump of ns written to /a/dump; timeline /a/b/timeline.html, trace-event JSON (Perfetto) /a/b/timeline.trace.json\n"), nil,
+			Outcome{Verdict: Fail, Failure: "oracle differential: the end state differs from the unperturbed run's in 2 fields:",
+				Difference: "Shard/s status.phase: Healthy -> Degraded", Fired: fired, Timeline: "/a/b/timeline.html"}},
+		{"the differential's line alone when the report lacks it", []perturb.Record{{Spec: name, Fired: fired, Failed: true,
+			Failures: []string{"oracle differential: Shard/s status.phase: Healthy -> Degraded"}}}, passed, nil,
+			Outcome{Verdict: Fail, Failure: "oracle differential: Shard/s status.phase: Healthy -> Degraded",
+				Difference: "Shard/s status.phase: Healthy -> Degraded", Fired: fired}},
+		{"an assertion: the report's message", []perturb.Record{{Spec: name, Fired: fired, Failed: true}},
+			failedWith("Timed out after 30s.\nExpected Healthy", ""), nil,
+			Outcome{Verdict: Fail, Failure: "Timed out after 30s.", Difference: "Timed out after 30s.", Fired: fired}},
+		{"an oracle of the cleanup: the record's first", []perturb.Record{{Spec: name, Fired: fired, Failed: true,
+			Failures: []string{"oracle hot loop: op/shard made 40 passes", "deletion hygiene: 1 object"}}},
+			failedWith("oracle hot loop: op/shard made 40 passes\nmore", ""), nil,
+			Outcome{Verdict: Fail, Failure: "oracle hot loop: op/shard made 40 passes", Difference: "oracle hot loop: op/shard made 40 passes", Fired: fired}},
+		{"never fired", []perturb.Record{{Spec: name}}, passed, nil, Outcome{Verdict: NotReached}},
+		{"never fired and failed", []perturb.Record{{Spec: name, Failed: true}}, failedWith("boom", ""), nil,
+			Outcome{Verdict: NotReached, Failure: "boom", Difference: "boom"}},
+		{"the records of two cases together", []perturb.Record{{Spec: name}, {Spec: "other", Failed: true}, {Spec: name, Fired: fired}}, passed, nil,
+			Outcome{Verdict: Pass, Fired: fired}},
+		{"a suite-level case's failure is not the spec's", []perturb.Record{{Spec: name, Fired: fired}, {Spec: "", Failed: true, Failures: []string{differential}}},
+			[]types.Report{{SpecReports: []types.SpecReport{spec("shard", "heals", types.SpecStatePassed, "", ""),
+				{LeafNodeType: types.NodeTypeCleanupAfterSuite, State: types.SpecStateFailed, Failure: types.Failure{Message: differential}},
+				{LeafNodeType: types.NodeTypeAfterSuite, State: types.SpecStateFailed, Failure: types.Failure{Message: "sentinel changed\nx"}}}}}, nil,
+			Outcome{Verdict: Pass, Fired: fired, Suite: "[DeferCleanup (Suite)] oracle differential: the end state differs from the unperturbed run's in 2 fields:"}},
+		{"the spec's failure beside a suite node's", []perturb.Record{{Spec: name, Fired: fired, Failed: true}},
+			[]types.Report{{SpecReports: []types.SpecReport{spec("shard", "heals", types.SpecStateFailed, differential, ""),
+				{LeafNodeType: types.NodeTypeAfterSuite, State: types.SpecStateFailed, Failure: types.Failure{Message: "sentinel changed\nx"}}}}}, nil,
+			Outcome{Verdict: Fail, Failure: "oracle differential: the end state differs from the unperturbed run's in 2 fields:",
+				Difference: "Shard/s status.phase: Healthy -> Degraded", Fired: fired, Suite: "[AfterSuite] sentinel changed"}},
+		{"no record of a passing spec", nil, passed, nil,
+			Outcome{Verdict: Error, Failure: "the spec passed but wrote no record (ENSEMBLE_EXPLORE): it makes no suite.Case"}},
+		{"no record of a failing spec", nil, failedWith("panic", ""), nil, Outcome{Verdict: Fail, Failure: "panic", Difference: "panic"}},
+		{"the spec did not run", nil, []types.Report{{SpecialSuiteFailureReasons: []string{"Found no specs"}}}, nil,
+			Outcome{Verdict: Error, Failure: "the spec did not run (no spec of the report has its name): suite: Found no specs", Suite: "suite: Found no specs"}},
+		{"a BeforeSuite that failed", nil, []types.Report{{SpecReports: []types.SpecReport{
+			{LeafNodeType: types.NodeTypeBeforeSuite, State: types.SpecStateFailed, Failure: types.Failure{Message: "envtest: no etcd"}},
+			spec("shard", "heals", types.SpecStateSkipped, "", "")}}}, nil,
+			Outcome{Verdict: Error, Failure: "the spec did not run (no spec of the report has its name): [BeforeSuite] envtest: no etcd", Suite: "[BeforeSuite] envtest: no etcd"}},
+		{"no report", []perturb.Record{{Spec: name, Fired: fired}}, nil, errors.New("the run wrote no JSON report"),
+			Outcome{Verdict: Error, Failure: "the run wrote no JSON report", Difference: "the run wrote no JSON report"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := judge(name, tc.records, tc.reports, tc.reportErr)
+			if tc.want.Verdict == Error && tc.want.Difference == "" {
+				tc.want.Difference = tc.want.Failure
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("judge =\n%+v\nwant\n%+v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestTable(t *testing.T) {
+	sp := func(spec, point string) SpecPoint {
+		p, err := perturb.Parse(point)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return SpecPoint{Spec: spec, Point: p}
+	}
+	rows := []Row{
+		combine(sp("shard heals", "conflict@op/shard:Shard/s#1"), []Outcome{{Verdict: Pass}}),
+		combine(sp("pool scales", "restart@op/pool:Pod/p#2"), []Outcome{{Verdict: Fail, Difference: "Pod/p status.phase: Running -> Pending " + strings.Repeat("x", 120)}}),
+		combine(sp("shard heals", "stale@op/shard:Shard/s#3"), []Outcome{{Verdict: NotReached}, {Verdict: NotReached}}),
+		combine(sp("shard heals", "timeout@op/shard:Shard/s#1"), []Outcome{{Verdict: Pass}, {Verdict: Fail, Difference: "d"}, {Verdict: Pass}}),
+		combine(sp("shard heals", "restart@op/shard:Shard/s#1"), []Outcome{{Verdict: Pass, Suite: "[AfterSuite] sentinel changed"}}),
+	}
+	var b bytes.Buffer
+	if err := table(&b, rows); err != nil {
+		t.Fatal(err)
+	}
+	want := `spec: shard heals
+  point                        mode      verdict                   first difference
+  conflict@op/shard:Shard/s#1  conflict  pass                      -
+  stale@op/shard:Shard/s#3     stale     not reached (2/2)         -
+  timeout@op/shard:Shard/s#1   timeout   differ: pass, fail, pass  d
+  restart@op/shard:Shard/s#1   restart   pass                      - (suite, not the spec: [AfterSuite] sentinel changed)
+
+spec: pool scales
+  point                    mode     verdict  first difference
+  restart@op/pool:Pod/p#2  restart  fail     Pod/p status.phase: Running -> Pending ` + strings.Repeat("x", 110-39-3) + `...
+`
+	if b.String() != want {
+		t.Errorf("table =\n%s\nwant\n%s", b.String(), want)
+	}
+	if r := rows[3]; r.Agree || r.Verdict != Fail || r.Difference != "d" {
+		t.Errorf("disagreeing runs: the row is %+v, want the failing run's", r)
+	}
+}
+
+func TestSpread(t *testing.T) {
+	if got := spread([]time.Duration{3 * time.Second, time.Second, 2 * time.Second}); got != "min 1s, median 2s, max 3s" {
+		t.Errorf("spread = %q", got)
+	}
+	if got := spread([]time.Duration{4 * time.Second, time.Second, 2 * time.Second, 10 * time.Second}); got != "min 1s, median 3s, max 10s" {
+		t.Errorf("spread of four = %q", got)
+	}
+	if got := spread(nil); got != "none" {
+		t.Errorf("spread(nil) = %q", got)
+	}
+}
+
+func TestRerunQuotesASpecForTheShellAndMake(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make is not installed")
+	}
+	const desc = "ensemble scenarios"
+	specs := []string{
+		"multigres a cluster of one shard becomes Healthy",
+		`pins MG-X: the "primary" it's (re)elected [twice] costs $5 + 1.5 * a|b \ ^`,
+		"a point's $(shell echo owned) name",
+	}
+	mk := filepath.Join(t.TempDir(), "Makefile")
+	if err := os.WriteFile(mk, []byte("explore:\n\t@printf '%s\\n%s\\n%s\\n' \"$$FOCUS\" \"$$POINTS\" \"$$SUITE\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	const point = "slow(pooler,200ms)@multigres/multigres-shard:Shard/mg-db-tg-0#3"
+	for _, s := range specs {
+		for _, suite := range []string{"./scenarios/", "examples/kuberay"} {
+			cmd := rerun(suite, desc, s, point)
+			focus := specFocus(desc, s)
+			re := regexp.MustCompile(focus)
+			if !re.MatchString(desc+" "+s) || re.MatchString(desc+" "+s+" too") || re.MatchString("x"+desc+" "+s) {
+				t.Errorf("focus %q does not select exactly %q", focus, s)
+			}
+			if suite == "./scenarios/" && strings.Contains(cmd, "SUITE=") {
+				t.Errorf("%s names the default suite", cmd)
+			}
+			// The shell and make hand the driver the regexp and the point unchanged.
+			out, err := exec.Command("bash", "-c", strings.Replace(cmd, "make explore", "make -s -f "+mk+" explore", 1)).CombinedOutput()
+			if err != nil {
+				t.Fatalf("%s: %v\n%s", cmd, err, out)
+			}
+			wantSuite := ""
+			if suite != "./scenarios/" {
+				wantSuite = suite
+			}
+			if want := focus + "\n" + point + "\n" + wantSuite + "\n"; string(out) != want {
+				t.Errorf("%s\nreaches make as\n%s\nwant\n%s", cmd, out, want)
+			}
+		}
+	}
+	if got := rerun("scenarios", desc, "a b", "conflict@op#1"); got != `make explore FOCUS='^ensemble scenarios a b$' POINTS='conflict@op#1'` {
+		t.Errorf("rerun = %s", got)
+	}
+}
+
+func TestCheckRefusesBadInput(t *testing.T) {
+	ok := config{focus: "heals", modes: defaultModes, budget: "40", repeat: 1, jobs: 1}
+	for _, tc := range []struct {
+		name string
+		edit func(*config)
+		want string
+	}{
+		{"no focus", func(c *config) { c.focus = " " }, "-focus (make's FOCUS) is required"},
+		{"a focus that is no regexp", func(c *config) { c.focus = "heals(" }, "is not a regexp"},
+		{"a point that does not parse", func(c *config) { c.points = "conflict@op#1 crash@op#2" }, `-points (make's POINTS): perturb: point "crash@op#2": unknown mode`},
+		{"a budget that does not parse", func(c *config) { c.budget = "lots" }, "-budget (make's BUDGET)"},
+		{"a mode that is none", func(c *config) { c.modes = "conflict,crash" }, "-modes (make's MODES)"},
+		{"no repeat", func(c *config) { c.repeat = 0 }, "-repeat (make's REPEAT) is 0"},
+		{"no job", func(c *config) { c.jobs = 0 }, "-j (make's EXPLORE_JOBS) is 0"},
+	} {
+		c := ok
+		tc.edit(&c)
+		_, err := check(c)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: err = %v, want one line containing %q", tc.name, err, tc.want)
+		}
+	}
+	if p, err := check(config{focus: "x", modes: "all", budget: "5m", points: "conflict@op#1; restart@op#2", repeat: 1, jobs: 1}); err != nil ||
+		len(p.points) != 2 || p.budget.Time != 5*time.Minute {
+		t.Errorf("check = %+v, %v", p, err)
+	}
+}

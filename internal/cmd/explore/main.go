@@ -1,0 +1,650 @@
+// Command explore perturbs the specs a focus selects, one perturbation point at a time, and reports which
+// points make a spec fail: its assertions, its oracles, or the differential oracle, which fails a case whose
+// end state differs from the unperturbed runs'. See docs/architecture.md §3 Perturbation.
+//
+// Usage (from the module root, with KUBEBUILDER_ASSETS set; `make explore` does both):
+//
+//	go run ./internal/cmd/explore -focus REGEXP [-suite ./scenarios/] [-modes conflict,timeout,...|all]
+//	    [-budget 40|20m] [-points 'POINT ...'] [-repeat N] [-j 1] [-report-dir DIR] [-timeout 20m]
+//
+// It compiles the suite's test binary once (go test -c in the suite's directory, so a suite that is a Go
+// module of its own, such as ./examples/kuberay, builds too) and runs it:
+//
+//  1. The focused specs unperturbed, twice (baseline-1, baseline-2), each case writing its perturb.Record
+//     (ENSEMBLE_EXPLORE). Both must pass: a spec that fails unperturbed cannot be judged.
+//  2. The points, from baseline-1's records: for each spec, each (writer, object) pair of its operators' and
+//     fakes' writes, each mode (down and slow once per external system), each k = 1..n of the pair's n
+//     writes, the point mode@writer:Kind/name#k. Only objects baseline-2 wrote too get points (a name made
+//     anew each run, as by generateName, could not be named again), n the smaller of the two counts. The budget takes them in an order that spreads them over
+//     specs, writers, modes and objects before it takes any twice (see sampler); -points skips this.
+//  3. Each point, on its spec alone (a focus anchored to its full text): ENSEMBLE_PERTURB=point,
+//     ENSEMBLE_BASELINE=the two baselines' records. Its verdict is pass, fail, not reached (the point never
+//     fired) or error (the run could not be judged); its first difference is the differential oracle's
+//     first field, else the failure's first line.
+//
+// It prints the table (point | mode | verdict | first difference), the wall time per point, and for each
+// failing point the timeline the harness wrote and the one command that reruns exactly that point. Every
+// run's directory (records/, artifacts/, suite.json, output.log) and explore.json, the rows whole, are
+// under -report-dir (default: a new temporary directory, named in the output).
+//
+// Exit 0 when the exploration ran, whatever the verdicts (a failing point is a finding, not an error of the
+// command); exit 2 with one line on bad input, a suite that does not compile, or a baseline that fails.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/onsi/ginkgo/v2/types"
+
+	"github.com/ensembletest/ensemble/internal/ginkgoreport"
+	"github.com/ensembletest/ensemble/internal/textout"
+	"github.com/ensembletest/ensemble/suite/perturb"
+)
+
+// config is the command line.
+type config struct {
+	suite, focus, modes, budget, points, reportDir string
+	repeat, jobs                                   int
+	timeout                                        time.Duration
+	// bin is a compiled test binary of suite to run instead of compiling one (the tests' fake suite).
+	bin string
+}
+
+func main() {
+	var c config
+	flag.StringVar(&c.suite, "suite", "./scenarios/", "the Ginkgo suite's package directory (./examples/kuberay, a module of its own, works too)")
+	flag.StringVar(&c.focus, "focus", "", "Ginkgo focus regexp of the specs to perturb (required)")
+	flag.StringVar(&c.modes, "modes", defaultModes, "comma-separated modes of the enumerated points, or all")
+	flag.StringVar(&c.budget, "budget", "40", "how many enumerated points run: a number, or a duration such as 20m")
+	flag.StringVar(&c.points, "points", "", "run these points (perturb.Parse's form, separated by spaces) on every focused spec instead of enumerating; -budget does not apply")
+	flag.IntVar(&c.repeat, "repeat", 1, "run each point this many times and report whether the verdicts agree")
+	flag.IntVar(&c.jobs, "j", 1, "point runs at once")
+	flag.StringVar(&c.reportDir, "report-dir", "", "directory of the runs and explore.json (default: a new temporary directory)")
+	flag.DurationVar(&c.timeout, "timeout", 20*time.Minute, "each run's -test.timeout")
+	flag.Parse()
+	if _, err := check(c); err != nil {
+		fail(err)
+	}
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		fail(errors.New("KUBEBUILDER_ASSETS is not set: run `make explore`, or set it to $(tools/envtest/build.sh --dir)"))
+	}
+	// An interrupt stops the runs (each in its own process group, out of the terminal's reach) and prints
+	// the points that ended.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if _, err := run(ctx, c, os.Stdout); err != nil {
+		fail(err)
+	}
+}
+
+func fail(err error) {
+	fmt.Fprintf(os.Stderr, "explore: %v\n", err)
+	os.Exit(2)
+}
+
+// plan is the command line, read.
+type plan struct {
+	modes  []perturb.Mode
+	budget Budget
+	// points are -points' (nil: enumerate).
+	points []perturb.Point
+}
+
+// check reads the command line. Errors: no focus or one that is no regexp, modes, budget or points that do
+// not parse, a repeat or job count below 1.
+func check(c config) (plan, error) {
+	var p plan
+	if strings.TrimSpace(c.focus) == "" {
+		return p, errors.New("-focus (make's FOCUS) is required: a Ginkgo focus regexp of the specs to perturb, e.g. FOCUS='becomes Healthy'")
+	}
+	if _, err := regexp.Compile(c.focus); err != nil {
+		return p, fmt.Errorf("-focus (make's FOCUS) %q is not a regexp: %w", c.focus, err)
+	}
+	var err error
+	if p.modes, err = parseModes(c.modes); err != nil {
+		return p, err
+	}
+	if p.budget, err = parseBudget(c.budget); err != nil {
+		return p, err
+	}
+	if strings.TrimSpace(c.points) != "" {
+		if p.points, err = perturb.ParseList(c.points); err != nil {
+			return p, fmt.Errorf("-points (make's POINTS): %w", err)
+		}
+	}
+	if c.repeat < 1 {
+		return p, fmt.Errorf("-repeat (make's REPEAT) is %d: pass a number of runs per point, 1 or more", c.repeat)
+	}
+	if c.jobs < 1 {
+		return p, fmt.Errorf("-j (make's EXPLORE_JOBS) is %d: pass a number of runs at once, 1 or more", c.jobs)
+	}
+	return p, nil
+}
+
+// Exploration is the result, as explore.json holds it.
+type Exploration struct {
+	Suite, Focus string
+	Modes        []perturb.Mode `json:",omitempty"`
+	Budget       string         `json:",omitempty"`
+	// Existed is how many points the enumeration made; Ran how many of them (or of -points, per spec) ran.
+	Existed, Ran int
+	// Baselines are the two unperturbed runs' record directories.
+	Baselines []string
+	Rows      []Row
+	// Wall is the whole command's wall time.
+	Wall Duration
+}
+
+func run(ctx context.Context, c config, out io.Writer) (Exploration, error) {
+	start := time.Now()
+	x := Exploration{Suite: cleanSuite(c.suite), Focus: c.focus}
+	p, err := check(c)
+	if err != nil {
+		return x, err
+	}
+	r, err := newRunner(c)
+	if err != nil {
+		return x, err
+	}
+	defer r.close()
+	fmt.Fprintf(out, "runs under %s\n", r.dir)
+	if c.bin == "" {
+		fmt.Fprintf(out, "compiling %s\n", x.Suite)
+		if err := r.compile(); err != nil {
+			return x, err
+		}
+	}
+
+	// 1. The baselines, both of the focused specs, unperturbed.
+	bases := []string{"baseline-1", "baseline-2"}
+	var baseRuns [2]runResult
+	parallel(min(c.jobs, 2), 2, func(i int) {
+		baseRuns[i] = r.run(ctx, filepath.Join(r.dir, bases[i]), c.focus, "", "")
+	})
+	for i, res := range baseRuns {
+		if ctx.Err() != nil {
+			return x, errors.New("interrupted during the baselines")
+		}
+		if err := res.baselineError(bases[i], c.focus, x.Suite); err != nil {
+			return x, err
+		}
+		if recs, err := readRecords(res.records); err != nil || len(recs) == 0 {
+			return x, fmt.Errorf("%s wrote no record under %s (%v): this suite's harness does not write ENSEMBLE_EXPLORE's records yet, or its focused specs make no suite.Case", bases[i], res.records, err)
+		}
+		fmt.Fprintf(out, "%s: %s passed in %s\n", bases[i], textout.Count(res.ran(), "spec", "specs"), res.Took.Round(time.Second))
+		x.Baselines = append(x.Baselines, res.records)
+	}
+	records, err := readRecords(baseRuns[0].records)
+	if err != nil {
+		return x, fmt.Errorf("baseline-1: %w", err)
+	}
+	second, err := readRecords(baseRuns[1].records)
+	if err != nil {
+		return x, fmt.Errorf("baseline-2: %w", err)
+	}
+	desc := baseRuns[0].description()
+	records, left := ofSpecs(records, baseRuns[0].specs())
+	if len(left) > 0 {
+		fmt.Fprintf(out, "not explored: %s of no spec that ran (a suite node's case, such as a sentinel's), namespaces %s\n",
+			textout.Count(len(left), "record", "records"), strings.Join(left, ", "))
+	}
+	for _, s := range baseRuns[0].specs() {
+		if !hasSpec(records, s) {
+			fmt.Fprintf(out, "not explored: %q wrote no record (it makes no suite.Case)\n", s)
+		}
+	}
+	if len(records) == 0 {
+		return x, errors.New("no spec that ran wrote a record: there is nothing to perturb")
+	}
+
+	// 2. The points.
+	var todo []SpecPoint
+	var smp *sampler
+	if p.points != nil {
+		for _, spec := range specNames(records) {
+			for _, pt := range p.points {
+				todo = append(todo, SpecPoint{Spec: spec, Point: pt})
+			}
+		}
+		x.Existed = len(todo)
+		fmt.Fprintf(out, "%s given, on %s: %s runs\n", textout.Count(len(p.points), "point", "points"),
+			textout.Count(len(specNames(records)), "spec", "specs"), textout.Count(len(todo), "point", "points"))
+	} else {
+		e := enumerate(records, second, p.modes)
+		x.Modes, x.Budget, x.Existed = p.modes, p.budget.String(), len(e.Points)
+		for _, s := range e.NoWrites {
+			fmt.Fprintf(out, "not explored: %q has no write by an operator or fake\n", s)
+		}
+		for _, u := range e.Unparsable {
+			fmt.Fprintf(out, "no point for %s: the point form cannot name it (a create by generateName has no name yet)\n", u)
+		}
+		if len(e.Unstable) > 0 {
+			fmt.Fprintf(out, "no point for %s on objects baseline-2 did not write (named anew each run, as by generateName): %s\n",
+				textout.Count(len(e.Unstable), "pair", "pairs"), strings.Join(e.Unstable, "; "))
+		}
+		smp = newSampler(e.Points)
+		if p.budget.Points > 0 {
+			for len(todo) < p.budget.Points {
+				sp, ok := smp.next()
+				if !ok {
+					break
+				}
+				todo = append(todo, sp)
+			}
+			smp = nil
+			fmt.Fprintf(out, "%s over %s (modes %s); the budget of %s runs %d\n", textout.Count(x.Existed, "point", "points"),
+				textout.Count(len(specNames(records)), "spec", "specs"), joinModes(p.modes), textout.Count(p.budget.Points, "point", "points"), len(todo))
+		} else {
+			fmt.Fprintf(out, "%s over %s (modes %s); the budget of %s runs as many as start within it\n", textout.Count(x.Existed, "point", "points"),
+				textout.Count(len(specNames(records)), "spec", "specs"), joinModes(p.modes), p.budget.Time)
+		}
+	}
+
+	// 3. Each point on its spec alone.
+	baseline := strings.Join(x.Baselines, string(os.PathListSeparator))
+	pointsStart := time.Now()
+	// next hands out the next point and its row: todo's in turn, or with a time budget the sampler's while
+	// the budget lasts.
+	var mu sync.Mutex
+	next := func() (SpecPoint, int, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		var sp SpecPoint
+		switch {
+		case ctx.Err() != nil:
+			return sp, 0, false
+		case smp == nil && len(x.Rows) < len(todo):
+			sp = todo[len(x.Rows)]
+		case smp != nil && (len(x.Rows) == 0 || time.Since(pointsStart) < p.budget.Time): // the first always runs
+			var ok bool
+			if sp, ok = smp.next(); !ok {
+				return sp, 0, false
+			}
+		default:
+			return sp, 0, false
+		}
+		x.Rows = append(x.Rows, Row{})
+		return sp, len(x.Rows) - 1, true
+	}
+	var done int
+	var took []time.Duration
+	workers(c.jobs, next, func(sp SpecPoint, i int) {
+		dir := filepath.Join(r.dir, "points", pointDir(i, sp))
+		var outs []Outcome
+		var runTook []Duration
+		for k := 1; k <= c.repeat; k++ {
+			d := dir
+			if c.repeat > 1 {
+				d = filepath.Join(dir, fmt.Sprintf("run-%d", k))
+			}
+			res := r.run(ctx, d, specFocus(desc, sp.Spec), sp.Point.String(), baseline)
+			o := res.judge(sp.Spec)
+			outs = append(outs, o)
+			runTook = append(runTook, Duration(res.Took))
+			mu.Lock()
+			took = append(took, res.Took)
+			mu.Unlock()
+		}
+		row := combine(sp, outs)
+		row.Took, row.Dir = runTook, dir
+		row.Command = rerun(c.suite, desc, sp.Spec, row.Point)
+		mu.Lock()
+		x.Rows[i] = row
+		done++
+		fmt.Fprintf(out, "[%d] %s on %q: %s in %s\n", done, row.Point, textout.Cut(sp.Spec, 60), verdictCell(row), time.Duration(runTook[len(runTook)-1]).Round(time.Second))
+		mu.Unlock()
+	})
+	x.Ran = len(x.Rows)
+	x.Wall = Duration(time.Since(start))
+	if ctx.Err() != nil {
+		fmt.Fprintf(out, "interrupted: the points that were running have verdict error\n")
+	}
+
+	fmt.Fprintln(out)
+	if err := table(out, x.Rows); err != nil {
+		return x, err
+	}
+	report(out, x, took, time.Since(pointsStart), c.repeat)
+	path := filepath.Join(r.dir, "explore.json")
+	js, err := textout.JSON(x)
+	if err != nil {
+		return x, err
+	}
+	if err := os.WriteFile(path, js, 0o644); err != nil {
+		return x, err
+	}
+	fmt.Fprintf(out, "every row as JSON: %s\n", path)
+	return x, nil
+}
+
+// report prints what follows the table: the counts, the wall times, the disagreeing points, and for each
+// failing point its timeline and the command that reruns it.
+func report(out io.Writer, x Exploration, took []time.Duration, pointsWall time.Duration, repeat int) {
+	verdicts := map[string]int{}
+	for _, r := range x.Rows {
+		verdicts[r.Verdict]++
+	}
+	fmt.Fprintf(out, "\n%d of %s ran: %d pass, %d fail, %d not reached, %d error\n", x.Ran, textout.Count(x.Existed, "point", "points"),
+		verdicts[Pass], verdicts[Fail], verdicts[NotReached], verdicts[Error])
+	fmt.Fprintf(out, "wall time per run: %s; the points in all %s; the whole command %s\n", spread(took),
+		pointsWall.Round(time.Second), time.Duration(x.Wall).Round(time.Second))
+	if repeat > 1 {
+		var differ []string
+		for _, r := range x.Rows {
+			if !r.Agree {
+				differ = append(differ, r.Point+" ("+strings.Join(r.Verdicts, ", ")+")")
+			}
+		}
+		if len(differ) == 0 {
+			fmt.Fprintf(out, "determinism: every point had the same verdict in its %d runs\n", repeat)
+		} else {
+			fmt.Fprintf(out, "determinism: %s of %d had verdicts that differ between their %d runs: %s\n",
+				textout.Count(len(differ), "point", "points"), len(x.Rows), repeat, strings.Join(differ, "; "))
+		}
+	}
+	var suite []string
+	for _, r := range x.Rows {
+		if r.Suite != "" {
+			suite = append(suite, r.Point)
+		}
+	}
+	if len(suite) > 0 {
+		fmt.Fprintf(out, "a suite node failed beside the spec in %s (the suite's failure, not the spec's verdict; see each run's suite.json): %s\n",
+			textout.Count(len(suite), "point's run", "points' runs"), strings.Join(suite, ", "))
+	}
+	for _, r := range x.Rows {
+		switch {
+		case r.Verdict == Fail || !r.Agree:
+			fmt.Fprintf(out, "\nFAIL %s on %q\n  %s\n", r.Point, r.Spec, r.Failure)
+			if r.Difference != r.Failure {
+				fmt.Fprintf(out, "  first difference: %s\n", r.Difference)
+			}
+			if r.Timeline != "" {
+				fmt.Fprintf(out, "  timeline: %s\n", r.Timeline)
+			} else {
+				fmt.Fprintf(out, "  timeline: none written (see %s)\n", r.Dir)
+			}
+			fmt.Fprintf(out, "  rerun:    %s\n", r.Command)
+		case r.Verdict == NotReached && r.Failure != "":
+			fmt.Fprintf(out, "\nNOT REACHED but failed: %s on %q (the spec failed without the point firing)\n  %s\n  rerun: %s\n", r.Point, r.Spec, r.Failure, r.Command)
+		case r.Verdict == Error:
+			fmt.Fprintf(out, "\nERROR %s on %q: %s\n  runs: %s\n", r.Point, r.Spec, r.Failure, r.Dir)
+		}
+	}
+	fmt.Fprintln(out)
+}
+
+func joinModes(ms []perturb.Mode) string {
+	var s []string
+	for _, m := range ms {
+		s = append(s, string(m))
+	}
+	return strings.Join(s, ",")
+}
+
+// pointDir is the directory name of the i-th point's runs: its number and the point in file-name characters.
+func pointDir(i int, sp SpecPoint) string {
+	return fmt.Sprintf("%03d-%s", i+1, strings.Trim(unsafeName.ReplaceAllString(sp.Point.String(), "-"), "-"))
+}
+
+var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
+
+// ofSpecs keeps the records of the specs that ran and names the namespaces of the others (a case a suite
+// node made, whose Spec is empty or no It's).
+func ofSpecs(records []perturb.Record, specs []string) (kept []perturb.Record, left []string) {
+	for _, r := range records {
+		if slices.Contains(specs, r.Spec) {
+			kept = append(kept, r)
+		} else {
+			left = append(left, r.Namespace)
+		}
+	}
+	return kept, left
+}
+
+// hasSpec says a record of spec is among records.
+func hasSpec(records []perturb.Record, spec string) bool {
+	for _, r := range records {
+		if r.Spec == spec {
+			return true
+		}
+	}
+	return false
+}
+
+// parallel calls f(0..n-1), jobs at a time, and returns when all have returned.
+func parallel(jobs, n int, f func(i int)) {
+	i := 0
+	var mu sync.Mutex
+	workers(jobs, func() (struct{}, int, bool) {
+		mu.Lock()
+		defer mu.Unlock()
+		if i >= n {
+			return struct{}{}, 0, false
+		}
+		i++
+		return struct{}{}, i - 1, true
+	}, func(_ struct{}, i int) { f(i) })
+}
+
+// workers runs do on what next hands out, jobs at a time, until next says there is no more.
+func workers[T any](jobs int, next func() (T, int, bool), do func(T, int)) {
+	var wg sync.WaitGroup
+	for w := 0; w < max(jobs, 1); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				v, i, ok := next()
+				if !ok {
+					return
+				}
+				do(v, i)
+			}
+		}()
+	}
+	wg.Wait()
+}
+
+// readRecords reads the perturb.Records (*.json) a run wrote to dir; none when it wrote none. Errors: a
+// file that is not a record.
+func readRecords(dir string) ([]perturb.Record, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		return nil, err
+	}
+	var out []perturb.Record
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		var r perturb.Record
+		if err := json.Unmarshal(b, &r); err != nil {
+			return nil, fmt.Errorf("%s is not a perturb.Record: %w", f, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// runner compiles and runs the suite's test binary.
+type runner struct {
+	// suite is the suite's package directory; dir holds the runs; bin is the test binary, in binDir (a
+	// temporary directory of its own, removed at the end; empty for a binary the caller gave).
+	suite, dir, bin, binDir string
+	timeout                 time.Duration
+}
+
+func newRunner(c config) (*runner, error) {
+	r := &runner{bin: c.bin, timeout: c.timeout}
+	var err error
+	if r.suite, err = filepath.Abs(c.suite); err != nil {
+		return nil, err
+	}
+	if tests, _ := filepath.Glob(filepath.Join(r.suite, "*_test.go")); len(tests) == 0 && c.bin == "" {
+		return nil, fmt.Errorf("-suite (make's SUITE) %s has no _test.go file: name a Ginkgo suite's package directory, e.g. ./scenarios/ or ./examples/kuberay", c.suite)
+	}
+	if c.reportDir != "" {
+		r.dir = c.reportDir
+		err = os.MkdirAll(r.dir, 0o755)
+	} else {
+		r.dir, err = os.MkdirTemp("", "ensemble-explore-")
+	}
+	if err != nil {
+		return nil, err
+	}
+	if r.dir, err = filepath.Abs(r.dir); err != nil {
+		return nil, err
+	}
+	if r.bin == "" {
+		// The binary goes to a directory of its own, never among the reports.
+		if r.binDir, err = os.MkdirTemp("", "ensemble-explore-bin-"); err != nil {
+			return nil, err
+		}
+		r.bin = filepath.Join(r.binDir, "suite.test")
+	}
+	return r, nil
+}
+
+func (r *runner) close() {
+	if r.binDir != "" {
+		_ = os.RemoveAll(r.binDir)
+	}
+}
+
+// compile builds the suite's test binary in the suite's directory, so its own go.mod (if any) applies.
+func (r *runner) compile() error {
+	cmd := exec.Command("go", "test", "-c", "-o", r.bin, ".")
+	cmd.Dir = r.suite
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s does not compile: %v\n%s", r.suite, err, out)
+	}
+	return nil
+}
+
+// runResult is one run of the binary.
+type runResult struct {
+	// dir is the run's directory; records the directory of its cases' records.
+	dir, records string
+	ginkgoreport.Run
+	// reportErr says why the run has no report.
+	reportErr error
+}
+
+// run runs the specs focus selects with ENSEMBLE_PERTURB=points and ENSEMBLE_BASELINE=baseline, into
+// dir: records/ (ENSEMBLE_EXPLORE), artifacts/ (ENSEMBLE_ARTIFACTS), suite.json and output.log.
+func (r *runner) run(ctx context.Context, dir, focus, points, baseline string) runResult {
+	res := runResult{dir: dir, records: filepath.Join(dir, "records")}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		res.reportErr = err
+		return res
+	}
+	report, logPath := filepath.Join(dir, "suite.json"), filepath.Join(dir, "output.log")
+	log, err := os.Create(logPath)
+	if err != nil {
+		res.reportErr = err
+		return res
+	}
+	defer log.Close()
+	args := []string{"-test.v", "-ginkgo.v", "-ginkgo.no-color", "-ginkgo.focus=" + focus, "-ginkgo.fail-on-empty"}
+	env := []string{"ENSEMBLE_EXPLORE=" + res.records, "ENSEMBLE_ARTIFACTS=" + filepath.Join(dir, "artifacts"),
+		"ENSEMBLE_PERTURB=" + points, "ENSEMBLE_BASELINE=" + baseline}
+	res.Run, err = ginkgoreport.RunSuite(ctx, r.bin, r.suite, args, env, r.timeout, report, log)
+	if err != nil {
+		res.reportErr = fmt.Errorf("%w: its output is %s", err, logPath)
+	}
+	return res
+}
+
+// ran counts the It specs that ran.
+func (res runResult) ran() int {
+	return len(res.specs())
+}
+
+// specs are the full texts of the It specs that ran, in the report's order.
+func (res runResult) specs() []string {
+	var out []string
+	for _, rep := range res.Reports {
+		for _, sr := range rep.SpecReports {
+			if sr.LeafNodeType == types.NodeTypeIt && !sr.State.Is(types.SpecStateSkipped|types.SpecStatePending) {
+				out = append(out, ginkgoreport.Name(sr))
+			}
+		}
+	}
+	return out
+}
+
+// description is the suite's description (RunSpecs' text), which Ginkgo's focus matches before a spec's.
+func (res runResult) description() string {
+	for _, rep := range res.Reports {
+		return rep.SuiteDescription
+	}
+	return ""
+}
+
+// baselineError says why an unperturbed run cannot serve as a baseline: no report, no spec, a failure.
+func (res runResult) baselineError(name, focus, suite string) error {
+	if res.reportErr != nil {
+		return fmt.Errorf("%s: %w", name, res.reportErr)
+	}
+	if res.ran() == 0 {
+		return fmt.Errorf("FOCUS=%q selects no spec of %s: check it against the specs' full texts (%s)", focus, suite, filepath.Join(res.dir, "output.log"))
+	}
+	var bad []string
+	for _, rep := range res.Reports {
+		for _, sr := range rep.SpecReports {
+			if sr.Failed() {
+				bad = append(bad, fmt.Sprintf("  %s %s: %s", strings.ToUpper(sr.State.String()), ginkgoreport.Name(sr), firstLine(sr.Failure.Message)))
+			}
+		}
+		for _, reason := range rep.SpecialSuiteFailureReasons {
+			bad = append(bad, "  suite: "+reason)
+		}
+	}
+	if len(bad) == 0 && res.Code == 0 {
+		return nil
+	}
+	if len(bad) == 0 {
+		bad = append(bad, fmt.Sprintf("  the binary exited %d", res.Code))
+	}
+	return fmt.Errorf("%s, unperturbed, failed, and a spec that fails unperturbed cannot be judged (its output: %s):\n%s",
+		name, filepath.Join(res.dir, "output.log"), strings.Join(bad, "\n"))
+}
+
+// judge is the run's outcome for spec, its timeline found under artifacts/ when the log names none.
+func (res runResult) judge(spec string) Outcome {
+	records, err := readRecords(res.records)
+	if err != nil {
+		return Outcome{Verdict: Error, Failure: err.Error(), Difference: err.Error()}
+	}
+	o := judge(spec, records, res.Reports, res.reportErr)
+	if o.Timeline == "" && o.Failure != "" && o.Verdict != Error {
+		// The harness writes a case's artifacts to a directory named after its spec and ending in its
+		// namespace.
+		for _, r := range records {
+			if r.Spec != spec || o.Timeline != "" {
+				continue
+			}
+			if m, _ := filepath.Glob(filepath.Join(res.dir, "artifacts", "*-"+r.Namespace, "timeline.html")); len(m) > 0 {
+				o.Timeline = m[0]
+			}
+		}
+	}
+	return o
+}

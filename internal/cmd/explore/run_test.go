@@ -1,0 +1,193 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/onsi/ginkgo/v2/types"
+
+	"github.com/ensembletest/ensemble/suite/perturb"
+)
+
+// fakeSuite is a stand-in for a compiled suite: it reads ENSEMBLE_PERTURB and the -ginkgo flags and copies
+// the records and reports the test wrote into place, as the harness would write them.
+const fakeSuite = `#!/usr/bin/env bash
+set -eu
+report= focus=
+for a in "$@"; do
+  case "$a" in
+    -ginkgo.json-report=*) report="${a#*=}" ;;
+    -ginkgo.focus=*) focus="${a#*=}" ;;
+  esac
+done
+echo "$focus" >>"$FAKE/focuses"
+[[ "$ENSEMBLE_PERTURB" == "" || -n "$ENSEMBLE_BASELINE" ]] || { echo "a point without ENSEMBLE_BASELINE" >&2; exit 3; }
+case "$focus|$ENSEMBLE_PERTURB" in
+  nothing\|*) cp "$FAKE/empty.json" "$report"; exit 1 ;;
+  broken\|*) cp "$FAKE/broken.json" "$report"; exit 1 ;;
+  *\|) kind=base ;;
+  *\|restart@*) kind=unfired ;;
+  *\|conflict@op/ctl:Kind/a#2) kind=fail ;;
+  *) kind=pass ;;
+esac
+mkdir -p "$ENSEMBLE_EXPLORE" "$ENSEMBLE_ARTIFACTS/pool-scales-ns-1" "$ENSEMBLE_ARTIFACTS/-ns-0"
+cp "$FAKE/record-$kind.json" "$ENSEMBLE_EXPLORE/case.json"
+cp "$FAKE/record-sentinel.json" "$ENSEMBLE_EXPLORE/sentinel.json"
+touch "$ENSEMBLE_ARTIFACTS/-ns-0/timeline.html"
+if [[ $kind == fail ]]; then
+  touch "$ENSEMBLE_ARTIFACTS/pool-scales-ns-1/timeline.html"
+  cp "$FAKE/report-fail.json" "$report"
+  exit 1
+fi
+cp "$FAKE/report-pass.json" "$report"
+`
+
+const fakeSpec = `pool "scales" (2 -> 3)`
+
+func writeJSON(t *testing.T, path string, v any) {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fake writes the fake suite and what it copies into a new directory, and returns the suite's path.
+func fake(t *testing.T) (dir, bin string) {
+	dir = t.TempDir()
+	t.Setenv("FAKE", dir)
+	bin = filepath.Join(dir, "suite.test")
+	if err := os.WriteFile(bin, []byte(fakeSuite), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	base := perturb.Record{Spec: fakeSpec, Namespace: "ns-1",
+		Writes:   writes("case/spec Pool/p", "op/ctl Kind/a", "kubelet Pod/p", "op/ctl Kind/a"),
+		EndState: map[string]map[string]string{"Kind/a": {"status.phase": "Ready"}}}
+	writeJSON(t, filepath.Join(dir, "record-base.json"), base)
+	// The case a suite node makes (a sentinel's) has no spec; its writes make no point.
+	writeJSON(t, filepath.Join(dir, "record-sentinel.json"), perturb.Record{Spec: "", Namespace: "ns-0", Writes: writes("other Kind/x")})
+	unfired := base
+	unfired.Points = []string{"restart@..."}
+	writeJSON(t, filepath.Join(dir, "record-unfired.json"), unfired)
+	pass := unfired
+	pass.Fired = []string{"the point at Kind/a (update by op/ctl)"}
+	writeJSON(t, filepath.Join(dir, "record-pass.json"), pass)
+	failed := pass
+	failed.Failed, failed.Failures = true, []string{"oracle differential: the end state differs from the unperturbed run's in 1 fields:"}
+	writeJSON(t, filepath.Join(dir, "record-fail.json"), failed)
+	it := types.SpecReport{LeafNodeType: types.NodeTypeIt, ContainerHierarchyTexts: []string{"pool"}, LeafNodeText: `"scales" (2 -> 3)`, State: types.SpecStatePassed}
+	writeJSON(t, filepath.Join(dir, "report-pass.json"), []types.Report{{SuiteDescription: "fake suite", SpecReports: []types.SpecReport{it}}})
+	bad := it
+	bad.State, bad.Failure.Message = types.SpecStateFailed, "oracle differential: the end state differs from the unperturbed run's in 1 fields:\n  Kind/a status.phase: Ready -> Pending"
+	writeJSON(t, filepath.Join(dir, "report-fail.json"), []types.Report{{SuiteDescription: "fake suite", SpecReports: []types.SpecReport{bad}}})
+	bad.Failure.Message = "Expected Ready\nmore"
+	writeJSON(t, filepath.Join(dir, "broken.json"), []types.Report{{SuiteDescription: "fake suite", SpecReports: []types.SpecReport{bad}}})
+	writeJSON(t, filepath.Join(dir, "empty.json"), []types.Report{{SuiteDescription: "fake suite", SpecialSuiteFailureReasons: []string{"Found no specs"}}})
+	return dir, bin
+}
+
+func TestRunWithAFakeSuite(t *testing.T) {
+	dir, bin := fake(t)
+	reports := filepath.Join(dir, "out")
+	var out bytes.Buffer
+	c := config{suite: dir, bin: bin, focus: "scales", modes: "conflict,restart", budget: "5", repeat: 2, jobs: 2, reportDir: reports, timeout: time.Minute}
+	x, err := run(context.Background(), c, &out)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	// op/ctl wrote Kind/a twice, kubelet Pod/p once: 3 pairs-and-k times 2 modes; the budget takes 5, the
+	// failing conflict on op/ctl's second write last.
+	if x.Existed != 6 || x.Ran != 5 {
+		t.Errorf("existed %d, ran %d; want 6, 5", x.Existed, x.Ran)
+	}
+	var got []string
+	for _, r := range x.Rows {
+		got = append(got, r.Point+" "+strings.Join(r.Verdicts, ","))
+	}
+	want := []string{
+		"conflict@op/ctl:Kind/a#1 pass,pass",
+		"restart@kubelet:Pod/p#1 not reached,not reached",
+		"restart@op/ctl:Kind/a#1 not reached,not reached",
+		"conflict@kubelet:Pod/p#1 pass,pass",
+		"conflict@op/ctl:Kind/a#2 fail,fail",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("rows =\n%s\nwant\n%s\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"), out.String())
+	}
+	f := x.Rows[4]
+	if f.Difference != "Kind/a status.phase: Ready -> Pending" || !strings.HasSuffix(f.Timeline, "/run-1/artifacts/pool-scales-ns-1/timeline.html") || !f.Agree {
+		t.Errorf("the failing row: %+v", f)
+	}
+	wantCmd := `make explore FOCUS='^fake suite pool "scales" \(2 -> 3\)$' POINTS='conflict@op/ctl:Kind/a#2' SUITE='` + cleanSuite(dir) + `'`
+	for _, s := range []string{
+		"baseline-1: 1 spec passed", "not explored: 1 record of no spec that ran (a suite node's case, such as a sentinel's), namespaces ns-0",
+		"6 points over 1 spec (modes conflict,restart); the budget of 5 points runs 5",
+		"5 of 6 points ran: 2 pass, 1 fail, 2 not reached, 0 error",
+		"determinism: every point had the same verdict in its 2 runs",
+		"FAIL conflict@op/ctl:Kind/a#2 on " + `"pool \"scales\" (2 -> 3)"`,
+		"  rerun:    " + wantCmd,
+		"every row as JSON: " + filepath.Join(reports, "explore.json"),
+	} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("the output lacks %q:\n%s", s, out.String())
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(reports, "explore.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var back struct {
+		Rows []struct{ Point, Verdict, Command string }
+	}
+	if err := json.Unmarshal(b, &back); err != nil || len(back.Rows) != 5 || back.Rows[4].Command != wantCmd {
+		t.Errorf("explore.json: %v, %+v", err, back)
+	}
+	// Each point ran on its spec alone, its focus anchored to the spec's full text.
+	focuses, _ := os.ReadFile(filepath.Join(dir, "focuses"))
+	if n := strings.Count(string(focuses), `^fake suite pool "scales" \(2 -> 3\)$`+"\n"); n != 10 {
+		t.Errorf("%d anchored runs, want 10 (5 points, 2 runs each):\n%s", n, focuses)
+	}
+
+	// -points runs exactly those.
+	out.Reset()
+	c.points, c.repeat, c.reportDir = "conflict@op/ctl:Kind/a#2", 1, filepath.Join(dir, "out2")
+	x, err = run(context.Background(), c, &out)
+	if err != nil || len(x.Rows) != 1 || x.Rows[0].Verdict != Fail {
+		t.Errorf("-points: %v, %+v\n%s", err, x.Rows, out.String())
+	}
+
+	// A time budget runs points until it is spent: here the first one only.
+	out.Reset()
+	c.points, c.budget, c.reportDir = "", "1ns", filepath.Join(dir, "out3")
+	if x, err = run(context.Background(), c, &out); err != nil || len(x.Rows) != 1 {
+		t.Errorf("a time budget: %v, %d rows\n%s", err, len(x.Rows), out.String())
+	}
+}
+
+func TestRunStopsOnABaselineThatCannotServe(t *testing.T) {
+	dir, bin := fake(t)
+	for focus, want := range map[string]string{
+		"nothing": `FOCUS="nothing" selects no spec of`,
+		"broken":  "baseline-1, unperturbed, failed, and a spec that fails unperturbed cannot be judged",
+	} {
+		var out bytes.Buffer
+		_, err := run(context.Background(), config{suite: dir, bin: bin, focus: focus, modes: "conflict", budget: "5", repeat: 1, jobs: 1,
+			reportDir: filepath.Join(dir, focus), timeout: time.Minute}, &out)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("FOCUS=%s: err = %v, want %q", focus, err, want)
+		}
+		if focus == "broken" && (err == nil || !strings.Contains(err.Error(), "FAILED "+fakeSpec+": Expected Ready")) {
+			t.Errorf("the baseline's failure is not named: %v", err)
+		}
+	}
+}
