@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/ensembletest/ensemble/suite"
+	"github.com/ensembletest/ensemble/suite/perturb"
 )
 
 // The harness's own verdicts both ways (quiescence, pins, invariants, wrapping) are tested in the suite
@@ -87,6 +88,22 @@ var _ = Describe("harness", Label("harness"), func() {
 		Expect(c.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "still"}, Data: map[string]string{"a": "b"}})).To(Succeed())
 		took := c.RequireQuiescent(300*time.Millisecond, 10*time.Second)
 		AddReportEntry("quiet namespace proven quiet", took.String())
+	})
+
+	It("the kubelet stand-in retries a pod binding a perturbation point refused: the pod still runs", func() {
+		c := s.NewCase(GinkgoT())
+		c.Perturb(perturb.Point{Mode: perturb.Conflict, Writer: "dataplane/dataplane-kubelet", Object: "Pod/solo", Nth: 1})
+		Expect(c.Create(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "solo"},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}})).To(Succeed())
+		Eventually(func() corev1.PodPhase {
+			p := &corev1.Pod{}
+			_ = c.Get("solo", p)
+			return p.Status.Phase
+		}).WithTimeout(20 * time.Second).Should(Equal(corev1.PodRunning))
+		binds := c.Writes(suite.WriteFilter{Name: "solo", Subresource: "binding"})
+		Expect(len(binds)).To(BeNumerically(">=", 2), "the refused binding and its retry")
+		Expect(binds[0].Err).To(MatchError(ContainSubstring("injected by point conflict@dataplane/dataplane-kubelet:Pod/solo#1")))
+		Expect(binds[len(binds)-1].Err).NotTo(HaveOccurred())
 	})
 
 	It("attributes the looper's writes to its controller and pass, under the builder's name", func() {

@@ -202,7 +202,9 @@ func (k *KubeletReconciler) forgetLocked(kk types.NamespacedName) {
 // Conflict (the pod was bound or is being deleted meanwhile) and NotFound, whose own event comes.
 func (k *KubeletReconciler) bindOrForget(ctx context.Context, pod *corev1.Pod, st *podState) error {
 	err := k.bind(ctx, pod)
-	if err == nil || apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+	// A refused binding is retried, as the scheduler retries one (a conflict included: only this fake binds,
+	// and a pod bound meanwhile shows its nodeName on the retry's read). A pod that is gone needs none.
+	if err == nil || apierrors.IsNotFound(err) {
 		return nil
 	}
 	k.unmark(client.ObjectKeyFromObject(pod), st, func(st *podState) { st.bound = false })
