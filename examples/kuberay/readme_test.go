@@ -24,14 +24,19 @@ func TestReadmeShowsTheseFiles(t *testing.T) {
 	if i := strings.Index(section[3:], "\n## "); i >= 0 {
 		section = section[:i+3]
 	}
-	pins := string(readme)[strings.Index(string(readme), "## Pins"):]
-	scenario, err := os.ReadFile("../../scenarios/multigres_test.go")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, b := range regexp.MustCompile("(?s)```go\n(.*?)```").FindAllStringSubmatch(pins, -1) {
-		if !strings.Contains(string(scenario), b[1]) {
-			t.Errorf("README's Pins block is not in scenarios/multigres_test.go as it is; update one or the other:\n%s", b[1])
+	for heading, file := range map[string]string{"## Pins": "multigres_test.go", "## Perturbation": "prune_test.go"} {
+		part := string(readme)[strings.Index(string(readme), heading):]
+		if i := strings.Index(part[3:], "\n## "); i >= 0 {
+			part = part[:i+3]
+		}
+		scenario, err := os.ReadFile("../../scenarios/" + file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, b := range regexp.MustCompile("(?s)```go\n(.*?)```").FindAllStringSubmatch(part, -1) {
+			if !strings.Contains(string(scenario), b[1]) {
+				t.Errorf("README's %s block is not in scenarios/%s as it is; update one or the other:\n%s", heading, file, b[1])
+			}
 		}
 	}
 	var sources strings.Builder
