@@ -158,12 +158,15 @@ func run(c config) error {
 			ms[i].Status = NotCovered
 		}
 	}
-	var todo []int
+	var todo, counts []int
+	for _, i := range covered {
+		counts = append(counts, len(ms[i].Specs))
+	}
 	for _, k := range pick(len(covered), c.max) {
 		todo = append(todo, covered[k])
 	}
-	fmt.Printf("%d mutants covered, %d not covered; running %d, %d at a time, each against the specs that cover it\n",
-		len(covered), len(ms)-len(covered), len(todo), c.jobs)
+	fmt.Printf("%d mutants covered (specs covering each, min/median/max: %s), %d not covered; running %d, %d at a time, each against the specs that cover it\n",
+		len(covered), spread(counts, strconv.Itoa), len(ms)-len(covered), len(todo), c.jobs)
 	var mu sync.Mutex
 	done := 0
 	err = each(c.jobs, len(todo), func(k int) error {

@@ -477,7 +477,7 @@ func report(w io.Writer, h Header, ms []Mutant) {
 		}
 	}
 	if len(compile) > 0 {
-		fmt.Fprintf(w, "per mutant, min/median/max: compile %s (%d compiled); specs %s, run %s, compile and run %s (%d run)\n",
+		fmt.Fprintf(w, "per mutant, min/median/max: compile %s (%d compiled); specs covering %s, run %s, compile and run %s (%d run)\n",
 			spread(compile, round), len(compile), spread(specs, strconv.Itoa), spread(run, round), spread(all, round), len(run))
 	}
 }

@@ -358,7 +358,7 @@ broken (1, in no column: the build failed in another file than the mutated one, 
 survivors (1):
   operators/x/a.go:4:9 CONDITIONALS_BOUNDARY (< -> <=)
 wall time: 6m30s, per-spec coverage of 3 specs 1m5s
-per mutant, min/median/max: compile 5s/22s/25s (4 compiled); specs 1/2/3, run 30s/1m30s/2m0s, compile and run 50s/1m55s/2m22s (3 run)
+per mutant, min/median/max: compile 5s/22s/25s (4 compiled); specs covering 1/2/3, run 30s/1m30s/2m0s, compile and run 50s/1m55s/2m22s (3 run)
 `
 	if b.String() != want {
 		t.Errorf("report:\n%s\nwant:\n%s", b.String(), want)
