@@ -159,14 +159,17 @@ func run(c config) error {
 		}
 	}
 	var todo, counts []int
+	sum := 0
 	for _, i := range covered {
 		counts = append(counts, len(ms[i].Specs))
+		sum += len(ms[i].Specs)
 	}
 	for _, k := range pick(len(covered), c.max) {
 		todo = append(todo, covered[k])
 	}
-	fmt.Printf("%d mutants covered (specs covering each, min/median/max: %s), %d not covered; running %d, %d at a time, each against the specs that cover it\n",
-		len(covered), spread(counts, strconv.Itoa), len(ms)-len(covered), len(todo), c.jobs)
+	fmt.Printf("%d mutants covered, %d not covered; specs covering each, min/median/max %s: %d spec runs for all, of %d without selection\n",
+		len(covered), len(ms)-len(covered), spread(counts, strconv.Itoa), sum, len(covered)*h.Specs)
+	fmt.Printf("running %d mutants, %d at a time, each against the specs that cover it\n", len(todo), c.jobs)
 	var mu sync.Mutex
 	done := 0
 	err = each(c.jobs, len(todo), func(k int) error {
