@@ -120,9 +120,11 @@ explore: envtest-assets ## Perturb the FOCUS=<spec regexp> specs one point at a 
 	  $(if $(REPEAT),-repeat "$(REPEAT)") $(if $(SUITE),-suite "$(SUITE)") $(if $(REPORT_DIR),-report-dir $(abspath $(REPORT_DIR)))
 
 # mutate: the scenario suite's mutation score over one reference operator package. gremlins finds the mutants
-# (a dry run); internal/cmd/mutate runs each against the suite's specs through go test -overlay, since gremlins
-# itself only runs the mutated package's own tests (or the whole module's). Each mutant costs one suite run
-# (~20-30 s): MAX=n runs an evenly spaced n of the covered ones, BASE=rev only those on lines changed since rev.
+# (a dry run); internal/cmd/mutate runs them, since gremlins itself only runs the mutated package's own tests
+# (or the whole module's). Per-spec coverage first: each spec the label filter selects runs alone with
+# -coverpkg (every one must pass: the baseline). Then each covered mutant is compiled with go test -c -overlay
+# and runs only the specs whose coverage holds its position, fail-fast. MUTATE_JOBS=n runs n specs or mutants
+# at once, MAX=n an evenly spaced n of the covered mutants, BASE=rev only those on lines changed since rev.
 GREMLINS_VERSION := v0.6.0
 GREMLINS := $(BIN)/gremlins
 PKG ?= operators/multigres
@@ -134,6 +136,6 @@ $(GREMLINS):
 	GOBIN=$(BIN) $(GO) install github.com/go-gremlins/gremlins/cmd/gremlins@$(GREMLINS_VERSION)
 
 .PHONY: mutate
-mutate: envtest-assets $(GREMLINS) ## The scenario suite's mutation score over PKG (default operators/multigres): killed, survived, not covered per file, the survivors (BASE=rev, MAX=n, LABELS=filter, MUTATE_JOBS=1).
+mutate: envtest-assets $(GREMLINS) ## The scenario suite's mutation score over PKG (default operators/multigres), each mutant judged by the specs that cover it: killed, survived, not covered per file, the survivors, times (BASE=rev, MAX=n, LABELS=filter, MUTATE_JOBS=1).
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) run ./internal/cmd/mutate -gremlins $(GREMLINS) -pkg $(PKG) -j $(MUTATE_JOBS) \
 	  $(if $(BASE),-base $(BASE)) $(if $(MAX),-max $(MAX)) $(if $(LABELS),-labels "$(LABELS)")

@@ -25,6 +25,20 @@ func Read(path string) ([]types.Report, error) {
 	return reports, nil
 }
 
+// Ran is the It specs of reports that ran (neither skipped nor pending), in the reports' order. In a dry
+// run's report, they are the specs the run's filters select.
+func Ran(reports []types.Report) []types.SpecReport {
+	var out []types.SpecReport
+	for _, r := range reports {
+		for _, sr := range r.SpecReports {
+			if sr.LeafNodeType == types.NodeTypeIt && !sr.State.Is(types.SpecStateSkipped|types.SpecStatePending) {
+				out = append(out, sr)
+			}
+		}
+	}
+	return out
+}
+
 // Name is a spec's full text (its containers' texts and its own, joined by spaces), or its node type in
 // brackets for a suite node ("[BeforeSuite]", "[AfterSuite]").
 func Name(sr types.SpecReport) string {

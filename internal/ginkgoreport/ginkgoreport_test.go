@@ -28,3 +28,21 @@ func TestNameOfASpecAndOfASuiteNode(t *testing.T) {
 		t.Errorf("Name(AfterSuite) = %q", n)
 	}
 }
+
+func TestRanLeavesOutSkippedPendingAndSuiteNodes(t *testing.T) {
+	it := func(text string, state types.SpecState) types.SpecReport {
+		return types.SpecReport{LeafNodeType: types.NodeTypeIt, LeafNodeText: text, State: state}
+	}
+	reports := []types.Report{
+		{SpecReports: types.SpecReports{{LeafNodeType: types.NodeTypeBeforeSuite, State: types.SpecStatePassed},
+			it("a", types.SpecStatePassed), it("b", types.SpecStateSkipped), it("c", types.SpecStateFailed)}},
+		{SpecReports: types.SpecReports{it("d", types.SpecStatePending), it("e", types.SpecStateInterrupted)}},
+	}
+	var got []string
+	for _, sr := range Ran(reports) {
+		got = append(got, sr.LeafNodeText)
+	}
+	if strings.Join(got, " ") != "a c e" {
+		t.Errorf("Ran = %q, want a c e", got)
+	}
+}

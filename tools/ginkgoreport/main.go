@@ -42,7 +42,7 @@ func main() {
 		}
 		var reports []types.Report
 		if reports, err = ginkgoreport.Read(args[0]); err == nil {
-			fmt.Println(ran(reports))
+			fmt.Println(len(ginkgoreport.Ran(reports)))
 		}
 	case "failures":
 		fs := flag.NewFlagSet("failures", flag.ExitOnError)
@@ -83,19 +83,6 @@ func main() {
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: ginkgoreport ran FILE | failures [-root DIR] FILE | summary FILE...: pass Ginkgo JSON reports (-ginkgo.json-report=FILE)")
 	os.Exit(2)
-}
-
-// ran counts the It specs that ran.
-func ran(reports []types.Report) int {
-	n := 0
-	for _, r := range reports {
-		for _, sr := range r.SpecReports {
-			if sr.LeafNodeType == types.NodeTypeIt && !sr.State.Is(types.SpecStateSkipped|types.SpecStatePending) {
-				n++
-			}
-		}
-	}
-	return n
 }
 
 // dumpLine is what suite.Case logs when it writes a failure dump.

@@ -118,7 +118,7 @@ func TestFailuresNameSpecMessageLocationAndDump(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := ran(reports); n != 2 {
+	if n := len(ginkgoreport.Ran(reports)); n != 2 {
 		t.Errorf("ran = %d, want 2", n)
 	}
 	var out strings.Builder

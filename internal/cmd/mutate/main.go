@@ -8,15 +8,19 @@
 //
 // gremlins (github.com/go-gremlins/gremlins) finds the mutants, in a dry run over -pkg; it cannot run
 // them against the scenario suite itself: it runs the mutated package's own tests, or with --integration
-// every test of the module, and has no way to pass Ginkgo a label filter. So this command runs them:
+// every test of the module, and has no way to pass Ginkgo a label filter. So this command runs them, and
+// like PIT and Stryker it runs for each mutant only the specs that execute its position:
 //
-//  1. The suite once with -coverpkg=./PKG/...: the baseline (it must pass) and the coverage; a mutant on
-//     a line no spec runs is "not covered" without a run.
+//  1. Per-spec coverage: the suite compiled once with -coverpkg=./PKG/..., a Ginkgo dry run lists the specs
+//     -labels selects, and each runs alone (focused on its anchored full text, in its own test binary and
+//     envtest, -j at a time) with a coverage profile of its own. Every spec must pass alone: together they
+//     are the baseline. A mutant on a position no spec runs is "not covered" without a run.
 //  2. With -base REV, only mutants on lines `git diff -U0 REV` added or changed (uncommitted ones included).
 //  3. Each covered mutant (-max N: an evenly spaced sample of N): the token replaced in a copy of its file
-//     under a temporary directory, and `go test -overlay` of the suite's specs with -labels, so no file of
-//     the checkout is ever written. A failing suite kills the mutant, a passing one lets it survive, a
-//     package that no longer builds makes it not viable, a run past -timeout times out (counted as killed).
+//     under a temporary directory, the suite compiled with `go test -c -overlay` (so no file of the
+//     checkout is ever written), then run focused on the specs that cover the mutant's position, with
+//     -ginkgo.fail-fast. A failing run kills the mutant, a passing one lets it survive, a package that no
+//     longer builds makes it not viable, a run past -timeout times out (counted as killed).
 //
 // Mutants in generated files (a "Code generated ... DO NOT EDIT." header) are left out. A survivor is a
 // question about the suite: what behaviour of the operator changed without any spec noticing.
@@ -32,13 +36,20 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/onsi/ginkgo/v2/types"
+
+	"github.com/ensembletest/ensemble/internal/ginkgoreport"
 )
 
 type config struct {
@@ -53,21 +64,30 @@ func main() {
 	flag.StringVar(&c.pkg, "pkg", "operators/multigres", "package directory to mutate, relative to the module root (its subpackages too)")
 	flag.StringVar(&c.base, "base", "", "only mutants on lines changed since this git revision")
 	flag.IntVar(&c.max, "max", 0, "run at most this many covered mutants, evenly spaced (0: all)")
-	flag.IntVar(&c.jobs, "j", 1, "mutants run at once")
-	flag.StringVar(&c.labels, "labels", "", "Ginkgo label filter of the specs to run (default: the base name of -pkg)")
+	flag.IntVar(&c.jobs, "j", 1, "specs (per-spec coverage) or mutants run at once")
+	flag.StringVar(&c.labels, "labels", "", "Ginkgo label filter of the specs that judge the mutants (default: the operator's name, the directory under operators/ of -pkg, else its base name)")
 	flag.StringVar(&c.suite, "suite", "./scenarios/", "the test package that judges the mutants")
 	flag.StringVar(&c.gremlins, "gremlins", "bin/gremlins", "the gremlins v0.6.0 binary")
 	flag.BoolVar(&c.list, "list", false, "print the mutants -pkg and -base select, and stop before any suite run")
-	flag.DurationVar(&c.timeout, "timeout", 0, "per-mutant limit on the suite's run (0: 3 times the baseline run, at least 2m)")
+	flag.DurationVar(&c.timeout, "timeout", 0, "per-mutant limit on the suite's run (0: 3 times the sum of its specs' runs alone, at least 2m)")
 	flag.Parse()
 	c.pkg = strings.TrimSuffix(filepath.ToSlash(filepath.Clean(c.pkg)), "/")
 	if c.labels == "" {
-		c.labels = filepath.Base(c.pkg)
+		c.labels = defaultLabels(c.pkg)
 	}
+	c.jobs = max(c.jobs, 1)
 	if err := run(c); err != nil {
 		fmt.Fprintf(os.Stderr, "mutate: %v\n", err)
 		os.Exit(1)
 	}
+}
+
+// runner holds what the mutants' runs share: the suite's package directory (absolute, where go test runs
+// its binary), the suite's description and each spec's time alone (the timeout's basis).
+type runner struct {
+	config
+	work, dir, description string
+	alone                  map[string]time.Duration
 }
 
 func run(c config) error {
@@ -84,6 +104,11 @@ func run(c config) error {
 		return err
 	}
 	defer os.RemoveAll(work)
+	dir, err := filepath.Abs(c.suite)
+	if err != nil {
+		return err
+	}
+	r := &runner{config: c, work: work, dir: dir}
 
 	ms, err := discover(c, work)
 	if err != nil {
@@ -115,36 +140,63 @@ func run(c config) error {
 		return nil
 	}
 
-	fmt.Printf("baseline: %s with -coverpkg=./%s/... and label filter %q\n", c.suite, c.pkg, c.labels)
-	cov, took, err := baseline(c, module, work)
+	began := time.Now()
+	cov, err := r.coverage(module)
 	if err != nil {
 		return err
 	}
-	if c.timeout == 0 {
-		c.timeout = max(3*took, 2*time.Minute)
-	}
-	fmt.Printf("baseline passed in %s; per-mutant timeout %s\n", took.Round(100*time.Millisecond), c.timeout)
+	h.Specs, h.Coverage = len(r.alone), time.Since(began)
+	fmt.Printf("per-spec coverage: %d specs passed alone in %s (each min/median/max %s)\n", h.Specs,
+		h.Coverage.Round(time.Second), spread(slices.Collect(maps.Values(r.alone)), round))
 
 	var covered []int
 	for i := range ms {
-		if cov.Covers(ms[i].File, ms[i].Line, ms[i].Col) {
+		if ms[i].Specs = cov.Specs(ms[i].File, ms[i].Line, ms[i].Col); len(ms[i].Specs) > 0 {
 			ms[i].Status = NotRun
 			covered = append(covered, i)
 		} else {
 			ms[i].Status = NotCovered
 		}
 	}
-	var todo []int
+	var todo, counts []int
+	sum := 0
+	for _, i := range covered {
+		counts = append(counts, len(ms[i].Specs))
+		sum += len(ms[i].Specs)
+	}
 	for _, k := range pick(len(covered), c.max) {
 		todo = append(todo, covered[k])
 	}
-	fmt.Printf("%d mutants covered, %d not covered; running %d, %d at a time\n", len(covered), len(ms)-len(covered), len(todo), c.jobs)
-	if err := runAll(c, work, ms, todo); err != nil {
+	fmt.Printf("%d mutants covered, %d not covered; specs covering each, min/median/max %s: %d spec runs for all, of %d without selection\n",
+		len(covered), len(ms)-len(covered), spread(counts, strconv.Itoa), sum, len(covered)*h.Specs)
+	fmt.Printf("running %d mutants, %d at a time, each against the specs that cover it\n", len(todo), c.jobs)
+	var mu sync.Mutex
+	done := 0
+	err = each(c.jobs, len(todo), func(k int) error {
+		i := todo[k]
+		m, err := r.mutant(i, ms[i])
+		mu.Lock()
+		defer mu.Unlock()
+		ms[i] = m
+		done++
+		fmt.Println(progress(done, len(todo), m))
+		return err
+	})
+	if err != nil {
 		return err
 	}
 	h.Wall = time.Since(start)
 	report(os.Stdout, h, ms)
 	return nil
+}
+
+// defaultLabels is the label filter of -pkg's specs: the operator's name for a package under operators/
+// (operators/matrixone/hakeeper's specs are labelled matrixone), else the package's base name.
+func defaultLabels(pkg string) string {
+	if parts := strings.Split(pkg, "/"); len(parts) >= 2 && parts[0] == "operators" {
+		return parts[1]
+	}
+	return filepath.Base(pkg)
 }
 
 // modulePath is the module path in go.mod (the command runs from the module root).
@@ -221,75 +273,109 @@ func keepChanged(c config, ms []Mutant) ([]Mutant, error) {
 	return out, nil
 }
 
-// suiteArgs are the go test arguments of one run of the suite's selected specs.
-func suiteArgs(c config, timeout time.Duration, extra ...string) []string {
-	args := append([]string{"test", "-count=1", "-timeout", timeout.String()}, extra...)
-	return append(args, c.suite, "-args", "-ginkgo.label-filter="+c.labels, "-ginkgo.fail-on-empty",
-		"-ginkgo.fail-fast", "-ginkgo.no-color")
-}
+// buildLimit bounds one compile of the suite.
+const buildLimit = 20 * time.Minute
 
-// baseline runs the unmutated suite with coverage of c.pkg; it must pass.
-func baseline(c config, module, work string) (Coverage, time.Duration, error) {
-	profile := filepath.Join(work, "cover.out")
-	args := suiteArgs(c, 20*time.Minute, "-coverpkg=./"+c.pkg+"/...", "-coverprofile="+profile)
-	res := goTest(args, filepath.Join(work, "artifacts-baseline"), 25*time.Minute)
+// coverage compiles the suite with coverage of c.pkg, lists the specs the label filter selects (a dry run)
+// and runs each alone, c.jobs at a time, with a profile of its own. It sets r.description and r.alone (each
+// spec's run time). Errors: the suite does not compile, the filter selects no spec, a spec fails alone.
+func (r *runner) coverage(module string) (Coverage, error) {
+	dir := filepath.Join(r.work, "coverage")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	bin := filepath.Join(dir, "suite.test")
+	fmt.Printf("per-spec coverage: compiling %s with -coverpkg=./%s/...\n", r.suite, r.pkg)
+	res := command(buildLimit, "", nil, "go", "test", "-c", "-o", bin, "-coverpkg=./"+r.pkg+"/...", r.suite)
 	if res.err != nil {
-		return nil, 0, res.err
+		return nil, res.err
 	}
 	if res.code != 0 {
-		return nil, 0, fmt.Errorf("the suite fails without any mutant, so no mutant can be judged:\n%s", tail(res.out, 40))
+		return nil, fmt.Errorf("the suite does not compile without any mutant:\n%s", tail(res.out, 40))
 	}
-	f, err := os.Open(profile)
+	dry := filepath.Join(dir, "dry-run.json")
+	res = command(buildLimit, r.dir, nil, bin, "-ginkgo.dry-run", "-ginkgo.no-color", "-ginkgo.label-filter="+r.labels,
+		"-ginkgo.json-report="+dry)
+	if res.err != nil {
+		return nil, res.err
+	}
+	if res.code != 0 {
+		return nil, fmt.Errorf("the suite's dry run with label filter %q fails (set -labels, make's LABELS):\n%s", r.labels, tail(res.out, 20))
+	}
+	reports, err := ginkgoreport.Read(dry)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	defer f.Close()
-	cov, err := parseCoverage(f, module)
-	return cov, res.took, err
-}
+	var specs []string
+	r.description, specs = selected(reports)
+	if len(specs) == 0 {
+		return nil, fmt.Errorf("label filter %q selects no spec of %s: set -labels (make's LABELS)", r.labels, r.suite)
+	}
+	fmt.Printf("per-spec coverage: %d specs (label filter %q), each alone, %d at a time\n", len(specs), r.labels, r.jobs)
 
-// runAll runs the mutants ms[todo...], c.jobs at a time, printing a line as each ends.
-func runAll(c config, work string, ms []Mutant, todo []int) error {
-	var (
-		mu    sync.Mutex
-		done  int
-		first error
-		wg    sync.WaitGroup
-	)
-	next := make(chan int)
-	for w := 0; w < max(c.jobs, 1); w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range next {
-				m, err := runMutant(c, work, i, ms[i])
-				mu.Lock()
-				if err != nil && first == nil {
-					first = err
-				}
-				ms[i] = m
-				done++
-				fmt.Println(progress(done, len(todo), m))
-				mu.Unlock()
-			}
-		}()
-	}
-	for _, i := range todo {
-		mu.Lock()
-		stop := first != nil
-		mu.Unlock()
-		if stop {
-			break
+	r.alone = map[string]time.Duration{}
+	cov := Coverage{}
+	var mu sync.Mutex
+	done := 0
+	err = each(r.jobs, len(specs), func(i int) error {
+		profile := filepath.Join(dir, fmt.Sprintf("spec%d.out", i))
+		res := r.suiteRun(bin, filepath.Join(dir, fmt.Sprintf("artifacts%d", i)), 20*time.Minute, []string{specs[i]},
+			"-test.coverprofile="+profile)
+		if res.err != nil {
+			return res.err
 		}
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	return first
+		if res.code != 0 {
+			return fmt.Errorf("spec %q fails alone without any mutant, so no mutant can be judged by it (exit %d, %s):\n%s",
+				specs[i], res.code, res.took.Round(time.Second), tail(res.out, 40))
+		}
+		f, err := os.Open(profile)
+		if err != nil {
+			return fmt.Errorf("spec %q passed but wrote no coverage profile: %w", specs[i], err)
+		}
+		defer f.Close()
+		mu.Lock()
+		defer mu.Unlock()
+		if err := cov.Read(f, module, specs[i]); err != nil {
+			return err
+		}
+		r.alone[specs[i]] = res.took
+		done++
+		fmt.Printf("  [%*d/%d] %s alone: %s\n", len(strconv.Itoa(len(specs))), done, len(specs), specs[i], round(res.took))
+		return nil
+	})
+	return cov, err
 }
 
-// runMutant writes the mutated file under work and runs the suite with it overlaid on the original.
-func runMutant(c config, work string, id int, m Mutant) (Mutant, error) {
+// selected is the suite's description and the full texts of the specs a dry-run report marks as run (the
+// label filter's), each once, in the report's order.
+func selected(reports []types.Report) (string, []string) {
+	description := ""
+	for _, rep := range reports {
+		description = rep.SuiteDescription
+	}
+	var out []string
+	for _, sr := range ginkgoreport.Ran(reports) {
+		if n := ginkgoreport.Name(sr); !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return description, out
+}
+
+// suiteRun runs the compiled suite bin on exactly specs (full texts), in the suite's package directory,
+// with go test's -timeout limit, artifacts under artifacts and the extra test flags.
+func (r *runner) suiteRun(bin, artifacts string, limit time.Duration, specs []string, extra ...string) result {
+	args := append([]string{"-test.timeout=" + limit.String()}, extra...)
+	args = append(args, "-ginkgo.label-filter="+r.labels, "-ginkgo.focus="+focus(r.description, specs),
+		"-ginkgo.fail-on-empty", "-ginkgo.fail-fast", "-ginkgo.no-color")
+	// -test.timeout ends the binary (and the envtest it started); the deadline a minute later ends the
+	// whole process group should that fail.
+	return command(limit+time.Minute, r.dir, []string{"ENSEMBLE_ARTIFACTS=" + artifacts}, bin, args...)
+}
+
+// mutant writes the mutated file under the work directory, compiles the suite with it overlaid on the
+// original and runs the specs that cover the mutant's position.
+func (r *runner) mutant(id int, m Mutant) (Mutant, error) {
 	src, err := os.ReadFile(m.File)
 	if err != nil {
 		return m, err
@@ -298,7 +384,7 @@ func runMutant(c config, work string, id int, m Mutant) (Mutant, error) {
 	if err != nil {
 		return m, err
 	}
-	dir := filepath.Join(work, fmt.Sprintf("m%d", id))
+	dir := filepath.Join(r.work, fmt.Sprintf("m%d", id))
 	defer os.RemoveAll(dir)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return m, err
@@ -316,15 +402,74 @@ func runMutant(c config, work string, id int, m Mutant) (Mutant, error) {
 	if err := os.WriteFile(ov, overlay, 0o644); err != nil {
 		return m, err
 	}
-	// go test's own -timeout ends the test binary (and the envtest it started); the deadline a minute
-	// later ends the whole process group should that fail.
-	res := goTest(suiteArgs(c, c.timeout, "-overlay="+ov), filepath.Join(dir, "artifacts"), c.timeout+time.Minute)
+	bin := filepath.Join(dir, "suite.test")
+	res := command(buildLimit, "", nil, "go", "test", "-c", "-o", bin, "-overlay="+ov, r.suite)
+	m.Compile = res.took
 	if res.err != nil {
 		return m, res.err
 	}
-	m.Status, m.Detail = classify(m.File, file, res.code, res.deadline, res.out)
-	m.Took = res.took
+	if res.code != 0 {
+		m.Status, m.Detail = classifyBuild(m.File, file, res.out)
+		return m, nil
+	}
+	limit := r.timeout
+	if limit == 0 {
+		var sum time.Duration
+		for _, s := range m.Specs {
+			sum += r.alone[s]
+		}
+		limit = max(3*sum, 2*time.Minute)
+	}
+	rep := filepath.Join(dir, "suite.json")
+	res = r.suiteRun(bin, filepath.Join(dir, "artifacts"), limit, m.Specs, "-ginkgo.json-report="+rep)
+	m.Run = res.took
+	if res.err != nil {
+		return m, res.err
+	}
+	m.Status, m.Detail = classifyRun(res.code, res.deadline, res.out)
+	m.Ran = -1
+	if reports, err := ginkgoreport.Read(rep); err == nil {
+		m.Ran = len(ginkgoreport.Ran(reports))
+	}
 	return m, nil
+}
+
+// each calls f(0) ... f(n-1), jobs at a time, and hands out no further call after the first error, which
+// it returns.
+func each(jobs, n int, f func(int) error) error {
+	var (
+		mu    sync.Mutex
+		first error
+		wg    sync.WaitGroup
+	)
+	next := make(chan int)
+	for w := 0; w < max(jobs, 1); w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := f(i); err != nil {
+					mu.Lock()
+					if first == nil {
+						first = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for i := range n {
+		mu.Lock()
+		stop := first != nil
+		mu.Unlock()
+		if stop {
+			break
+		}
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return first
 }
 
 type result struct {
@@ -332,15 +477,17 @@ type result struct {
 	deadline bool
 	out      string
 	took     time.Duration
-	err      error // the go command could not be run at all
+	err      error // the command could not be run at all
 }
 
-// goTest runs the go command in its own process group, killed as a whole at the deadline.
-func goTest(args []string, artifacts string, limit time.Duration) result {
+// command runs name with args in dir ("" for the current directory) and env added, in its own process
+// group, killed as a whole at the limit (code -1 and deadline then).
+func command(limit time.Duration, dir string, env []string, name string, args ...string) result {
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, "go", args...)
-	cmd.Env = append(os.Environ(), "ENSEMBLE_ARTIFACTS="+artifacts)
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), env...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	cmd.WaitDelay = 10 * time.Second
@@ -357,7 +504,7 @@ func goTest(args []string, artifacts string, limit time.Duration) result {
 	case res.deadline:
 		res.code = -1
 	default:
-		res.err = fmt.Errorf("go test: %w", err)
+		res.err = fmt.Errorf("%s: %w", filepath.Base(name), err)
 	}
 	return res
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"go/scanner"
@@ -9,6 +10,7 @@ import (
 	"io"
 	"path"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -38,7 +40,12 @@ type Mutant struct {
 	From, To  string // the token before and after
 	Status    Status
 	Detail    string // the failing spec of a killed mutant, the compile error of a non-viable one
-	Took      time.Duration
+	// Specs are the full texts of the specs whose coverage holds the mutant's position: its run's focus.
+	Specs []string
+	// Ran is how many specs the mutant's run ran (fewer than Specs once -ginkgo.fail-fast stopped it; -1
+	// when the run wrote no report).
+	Ran          int
+	Compile, Run time.Duration // the mutated suite's go test -c, and its run (0 when there was none)
 }
 
 // Pos is file:line:col.
@@ -140,14 +147,15 @@ func apply(src []byte, m Mutant) ([]byte, Mutant, error) {
 // block is one statement block of a coverage profile.
 type block struct{ startLine, startCol, endLine, endCol int }
 
-// Coverage holds, by module-relative file, the blocks a run executed at least once.
-type Coverage map[string][]block
+// Coverage holds, by module-relative file, the blocks some spec executed and, for each, the full texts of
+// the specs that executed it at least once.
+type Coverage map[string]map[block]map[string]bool
 
 var profileLine = regexp.MustCompile(`^(.+):(\d+)\.(\d+),(\d+)\.(\d+) \d+ (\d+)$`)
 
-// parseCoverage reads a go test -coverprofile file; import paths under module become module-relative.
-func parseCoverage(r io.Reader, module string) (Coverage, error) {
-	cov := Coverage{}
+// Read adds the go test -coverprofile file of one run of spec (its full text) to c; import paths under
+// module become module-relative. Errors: a line that is not a profile's.
+func (c Coverage) Read(r io.Reader, module, spec string) error {
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
 		line := sc.Text()
@@ -156,7 +164,7 @@ func parseCoverage(r io.Reader, module string) (Coverage, error) {
 		}
 		g := profileLine.FindStringSubmatch(line)
 		if g == nil {
-			return nil, fmt.Errorf("coverage profile: cannot read %q", line)
+			return fmt.Errorf("coverage profile of %q: cannot read %q", spec, line)
 		}
 		if g[6] == "0" {
 			continue
@@ -166,21 +174,47 @@ func parseCoverage(r io.Reader, module string) (Coverage, error) {
 			n[i], _ = strconv.Atoi(g[i+2])
 		}
 		f := strings.TrimPrefix(g[1], module+"/")
-		cov[f] = append(cov[f], block{n[0], n[1], n[2], n[3]})
+		b := block{n[0], n[1], n[2], n[3]}
+		if c[f] == nil {
+			c[f] = map[block]map[string]bool{}
+		}
+		if c[f][b] == nil {
+			c[f][b] = map[string]bool{}
+		}
+		c[f][b][spec] = true
 	}
-	return cov, sc.Err()
+	return sc.Err()
 }
 
-// Covers says whether a block that ran holds file:line:col.
-func (c Coverage) Covers(file string, line, col int) bool {
-	for _, b := range c[file] {
+// Specs are the specs that executed a block holding file:line:col, sorted; none when no spec ran it.
+func (c Coverage) Specs(file string, line, col int) []string {
+	set := map[string]bool{}
+	for b, specs := range c[file] {
 		after := line > b.startLine || (line == b.startLine && col >= b.startCol)
 		before := line < b.endLine || (line == b.endLine && col <= b.endCol)
 		if after && before {
-			return true
+			for s := range specs {
+				set[s] = true
+			}
 		}
 	}
-	return false
+	out := make([]string, 0, len(set))
+	for s := range set {
+		out = append(out, s)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// focus is the -ginkgo.focus regexp that selects exactly the specs of these full texts in the suite of
+// this description: Ginkgo matches the focus against the suite's description, a space and the spec's full
+// text, so each text is quoted and the alternation anchored at both ends.
+func focus(description string, specs []string) string {
+	quoted := make([]string, len(specs))
+	for i, s := range specs {
+		quoted[i] = regexp.QuoteMeta(s)
+	}
+	return "^" + regexp.QuoteMeta(description) + " (?:" + strings.Join(quoted, "|") + ")$"
 }
 
 // Changed holds, by module-relative file, the line ranges (inclusive) a diff added or changed.
@@ -249,10 +283,27 @@ var (
 	goFail      = regexp.MustCompile(`^--- FAIL`)
 )
 
-// classify turns one run of the suite with file mutated into a status: exitCode is the go command's (0
-// passed, -1 it was killed at the deadline), output its combined output. The compiler names a file an
-// overlay replaces by its replacement, overlaid.
-func classify(file, overlaid string, exitCode int, deadline bool, output string) (Status, string) {
+// classifyBuild turns a failed go test -c of the suite with file mutated into a status, from the go
+// command's combined output. The compiler names a file an overlay replaces by its replacement, overlaid.
+func classifyBuild(file, overlaid, output string) (Status, string) {
+	first := ""
+	for _, l := range strings.Split(output, "\n") {
+		if !compileLine.MatchString(l) {
+			continue
+		}
+		if strings.HasPrefix(l, overlaid+":") {
+			return NotViable, file + strings.TrimPrefix(l, overlaid)
+		}
+		if first == "" {
+			first = strings.TrimSpace(l)
+		}
+	}
+	return Broken, "the build failed outside " + file + ": " + first
+}
+
+// classifyRun turns one run of the compiled suite into a status: exitCode is the test binary's (0 passed, -1
+// it was killed at the deadline), output its combined output.
+func classifyRun(exitCode int, deadline bool, output string) (Status, string) {
 	lines := strings.Split(output, "\n")
 	first := func(re *regexp.Regexp) string {
 		for _, l := range lines {
@@ -267,13 +318,6 @@ func classify(file, overlaid string, exitCode int, deadline bool, output string)
 		return TimedOut, first(ginkgoFail)
 	case exitCode == 0:
 		return Survived, ""
-	case strings.Contains(output, "[build failed]") || strings.Contains(output, "[setup failed]"):
-		for _, l := range lines {
-			if compileLine.MatchString(l) && strings.HasPrefix(l, overlaid+":") {
-				return NotViable, file + strings.TrimPrefix(l, overlaid)
-			}
-		}
-		return Broken, "the build failed outside " + file + ": " + first(compileLine)
 	}
 	// Ginkgo's closing summary names the failed specs, each on a [FAIL] line.
 	detail := ""
@@ -345,7 +389,10 @@ func (t tally) coverage() string {
 type Header struct {
 	Pkg, Suite, Labels, Base string
 	Generated, OutsideBase   int // mutants dropped: in generated files, on lines the diff did not change
-	Wall                     time.Duration
+	// Specs is how many specs the per-spec coverage ran, each alone, in Coverage.
+	Specs    int
+	Coverage time.Duration
+	Wall     time.Duration
 }
 
 // report writes the per-file table, the totals and the survivors.
@@ -413,15 +460,49 @@ func report(w io.Writer, h Header, ms []Mutant) {
 	for _, m := range survivors {
 		fmt.Fprintf(w, "  %s %s (%s -> %s)\n", m.Pos(), m.Kind, m.From, m.To)
 	}
-	if h.Wall > 0 {
-		fmt.Fprintf(w, "wall time: %s\n", h.Wall.Round(time.Second))
+	if h.Wall == 0 {
+		return
 	}
+	fmt.Fprintf(w, "wall time: %s, per-spec coverage of %d specs %s\n", h.Wall.Round(time.Second), h.Specs, h.Coverage.Round(time.Second))
+	var compile, run, all []time.Duration
+	var specs []int
+	for _, m := range ms {
+		if m.Compile > 0 {
+			compile = append(compile, m.Compile)
+		}
+		if m.Run > 0 {
+			specs = append(specs, len(m.Specs))
+			run = append(run, m.Run)
+			all = append(all, m.Compile+m.Run)
+		}
+	}
+	if len(compile) > 0 {
+		fmt.Fprintf(w, "per mutant, min/median/max: compile %s (%d compiled); specs covering %s, run %s, compile and run %s (%d run)\n",
+			spread(compile, round), len(compile), spread(specs, strconv.Itoa), spread(run, round), spread(all, round), len(run))
+	}
+}
+
+func round(d time.Duration) string { return d.Round(100 * time.Millisecond).String() }
+
+// spread is the minimum, median (the upper one of an even count) and maximum of xs, each formatted,
+// slash-separated; "-" when xs is empty.
+func spread[T cmp.Ordered](xs []T, format func(T) string) string {
+	if len(xs) == 0 {
+		return "-"
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return format(s[0]) + "/" + format(s[len(s)/2]) + "/" + format(s[len(s)-1])
 }
 
 // progress is the line printed when a mutant's run ends.
 func progress(i, n int, m Mutant) string {
-	s := fmt.Sprintf("[%*d/%d] %-11s %s %s (%s -> %s) %s", len(strconv.Itoa(n)), i, n, m.Status, m.Pos(), m.Kind,
-		m.From, m.To, m.Took.Round(100*time.Millisecond))
+	ran := "?"
+	if m.Ran >= 0 {
+		ran = strconv.Itoa(m.Ran)
+	}
+	s := fmt.Sprintf("[%*d/%d] %-11s %s %s (%s -> %s) %s/%d specs, compile %s, run %s", len(strconv.Itoa(n)), i, n,
+		m.Status, m.Pos(), m.Kind, m.From, m.To, ran, len(m.Specs), round(m.Compile), round(m.Run))
 	if m.Detail != "" {
 		s += "  " + m.Detail
 	}

@@ -3,9 +3,12 @@ package main
 import (
 	"bytes"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/onsi/ginkgo/v2/types"
 )
 
 const src = `package p
@@ -71,36 +74,122 @@ func TestParseGremlins(t *testing.T) {
 	}
 }
 
-func TestCoverage(t *testing.T) {
-	profile := `mode: set
+func TestCoverageSelectsTheSpecsThatRanAPosition(t *testing.T) {
+	profiles := map[string]string{
+		"x one": `mode: set
 example.com/m/operators/x/a.go:10.20,12.3 2 1
 example.com/m/operators/x/a.go:14.2,14.30 1 0
 example.com/m/operators/x/b.go:5.1,5.40 1 1
-`
-	cov, err := parseCoverage(strings.NewReader(profile), "example.com/m")
-	if err != nil {
-		t.Fatal(err)
+`,
+		"x two": `mode: set
+example.com/m/operators/x/a.go:10.20,12.3 2 1
+example.com/m/operators/x/a.go:14.2,14.30 1 3
+example.com/m/operators/x/b.go:5.1,5.40 1 0
+`,
+		"x three": `mode: set
+example.com/m/operators/x/a.go:10.20,12.3 2 0
+example.com/m/operators/x/a.go:14.2,14.30 1 0
+example.com/m/operators/x/b.go:5.1,5.40 1 0
+`,
+	}
+	cov := Coverage{}
+	for spec, p := range profiles {
+		if err := cov.Read(strings.NewReader(p), "example.com/m", spec); err != nil {
+			t.Fatal(err)
+		}
 	}
 	for _, tc := range []struct {
 		file      string
 		line, col int
-		want      bool
+		want      []string
 	}{
-		{"operators/x/a.go", 10, 20, true},
-		{"operators/x/a.go", 10, 19, false}, // before the block on its first line
-		{"operators/x/a.go", 11, 1, true},
-		{"operators/x/a.go", 12, 3, true},
-		{"operators/x/a.go", 12, 4, false},
-		{"operators/x/a.go", 14, 10, false}, // a block that never ran
-		{"operators/x/b.go", 5, 40, true},
-		{"operators/x/c.go", 5, 10, false},
+		{"operators/x/a.go", 10, 20, []string{"x one", "x two"}},
+		{"operators/x/a.go", 10, 19, nil}, // before the block on its first line
+		{"operators/x/a.go", 11, 1, []string{"x one", "x two"}},
+		{"operators/x/a.go", 12, 3, []string{"x one", "x two"}},
+		{"operators/x/a.go", 12, 4, nil},
+		{"operators/x/a.go", 14, 10, []string{"x two"}}, // a block only one spec ran
+		{"operators/x/b.go", 5, 40, []string{"x one"}},
+		{"operators/x/c.go", 5, 10, nil},
 	} {
-		if got := cov.Covers(tc.file, tc.line, tc.col); got != tc.want {
-			t.Errorf("Covers(%s:%d:%d) = %v", tc.file, tc.line, tc.col, got)
+		if got := cov.Specs(tc.file, tc.line, tc.col); !reflect.DeepEqual(got, append([]string{}, tc.want...)) {
+			t.Errorf("Specs(%s:%d:%d) = %q, want %q", tc.file, tc.line, tc.col, got, tc.want)
 		}
 	}
-	if _, err := parseCoverage(strings.NewReader("mode: set\nnot a profile line\n"), "m"); err == nil {
-		t.Error("a malformed line was read")
+	err := Coverage{}.Read(strings.NewReader("mode: set\nnot a profile line\n"), "m", "x one")
+	if err == nil || !strings.Contains(err.Error(), `"x one"`) {
+		t.Errorf("a malformed line: %v", err)
+	}
+}
+
+func TestFocusSelectsExactlyItsSpecs(t *testing.T) {
+	const description = "ensemble scenarios (v2.*)"
+	specs := []string{
+		`multigres a pool scaled 2 -> 3: the late pooler's role lands in podRoles`,
+		`multigres a cluster of 2 x 2 "shards" (one [PRIMARY] each) is Healthy?`,
+		`multigres a|b ^c$ \d+ {1,2} .* +`,
+		`multigres thrash`,
+	}
+	others := []string{
+		`multigres a pool scaled 2 -> 3: the late pooler's role lands in podRoles and more`, // a selected text is its prefix
+		`multigres thrash again`,
+		`multigres a pool scaled 2 -> 3: the late pooler's role lands in podRole`,
+		`multigres a cluster of 2 x 2 "shards" (one P each) is Healthy?`,
+		`multigres a`, `b ^c$ \d+ {1,2} .* +`, // the halves of a text holding |
+		`multigres ab c 12 xx +`,
+	}
+	re, err := regexp.Compile(focus(description, specs[:3]))
+	if err != nil {
+		t.Fatalf("focus does not compile: %v", err)
+	}
+	for _, s := range specs[:3] {
+		if !re.MatchString(description + " " + s) {
+			t.Errorf("%s does not select %q", re, s)
+		}
+	}
+	for _, s := range append(others, specs[3]) {
+		if re.MatchString(description + " " + s) {
+			t.Errorf("%s selects %q", re, s)
+		}
+	}
+	if re.MatchString(specs[0]) || re.MatchString("other suite "+specs[0]) {
+		t.Errorf("%s ignores the suite's description", re)
+	}
+	one := regexp.MustCompile(focus(description, specs[3:]))
+	if !one.MatchString(description+" "+specs[3]) || one.MatchString(description+" "+others[1]) {
+		t.Errorf("%s: a single spec", one)
+	}
+}
+
+func TestSelectedSpecsOfADryRun(t *testing.T) {
+	it := func(state types.SpecState, containers []string, text string) types.SpecReport {
+		return types.SpecReport{LeafNodeType: types.NodeTypeIt, State: state, ContainerHierarchyTexts: containers, LeafNodeText: text}
+	}
+	reports := []types.Report{{SuiteDescription: "ensemble scenarios", SpecReports: types.SpecReports{
+		{LeafNodeType: types.NodeTypeBeforeSuite, State: types.SpecStatePassed},
+		it(types.SpecStatePassed, []string{"multigres"}, "one"),
+		it(types.SpecStateSkipped, []string{"matrixone"}, "two"),
+		it(types.SpecStatePending, []string{"multigres"}, "three"),
+		it(types.SpecStatePassed, []string{"multigres", "sequences"}, "four"),
+		it(types.SpecStatePassed, []string{"multigres"}, "one"), // the same full text twice
+		{LeafNodeType: types.NodeTypeAfterSuite, State: types.SpecStatePassed},
+	}}}
+	d, specs := selected(reports)
+	if want := []string{"multigres one", "multigres sequences four"}; d != "ensemble scenarios" || !reflect.DeepEqual(specs, want) {
+		t.Errorf("selected = %q, %q; want %q", d, specs, want)
+	}
+}
+
+func TestDefaultLabels(t *testing.T) {
+	for pkg, want := range map[string]string{
+		"operators/multigres":          "multigres",
+		"operators/matrixone/hakeeper": "matrixone",
+		"fakes/dataplane":              "dataplane",
+		"operators":                    "operators",
+	} {
+		if got := defaultLabels(pkg); got != want {
+			t.Errorf("defaultLabels(%s) = %q, want %q", pkg, got, want)
+		}
 	}
 }
 
@@ -173,7 +262,7 @@ func TestPick(t *testing.T) {
 	}
 }
 
-func TestClassify(t *testing.T) {
+func TestClassifyRun(t *testing.T) {
 	ginkgoFailure := `Running Suite: ensemble scenarios
 • [FAILED] [12.003 seconds]
 multigres [It] a cluster becomes Healthy
@@ -193,15 +282,6 @@ FAIL
 FAIL	github.com/ensembletest/ensemble/scenarios	15.9s
 FAIL
 `
-	buildFailure := `# github.com/ensembletest/ensemble/operators/multigres
-/tmp/ensemble-mutate-1/m3/names.go:12:15: invalid operation: operator - not defined on s (variable of type string)
-FAIL	github.com/ensembletest/ensemble/scenarios [build failed]
-FAIL
-`
-	otherFile := `# github.com/ensembletest/ensemble/fakes/dataplane
-../fakes/dataplane/dataplane.go:22:2: "sigs.k8s.io/controller-runtime/pkg/client" imported and not used
-FAIL	github.com/ensembletest/ensemble/scenarios [build failed]
-`
 	for _, tc := range []struct {
 		name     string
 		code     int
@@ -213,12 +293,35 @@ FAIL	github.com/ensembletest/ensemble/scenarios [build failed]
 		{"passed", 0, false, "ok  \tgithub.com/ensembletest/ensemble/scenarios\t20.1s\n", Survived, ""},
 		{"spec failed", 1, false, ginkgoFailure, Killed, "[FAIL] multigres [It] a cluster becomes Healthy"},
 		{"plain test failed", 1, false, "--- FAIL: TestX (0.01s)\nFAIL\n", Killed, "--- FAIL: TestX (0.01s)"},
-		{"build failed", 1, false, buildFailure, NotViable, "operators/multigres/names.go:12:15: invalid operation: operator - not defined on s (variable of type string)"},
-		{"build failed elsewhere", 1, false, otherFile, Broken, "the build failed outside operators/multigres/names.go: ../fakes/dataplane/dataplane.go:22:2: \"sigs.k8s.io/controller-runtime/pkg/client\" imported and not used"},
 		{"go test -timeout", 1, false, "panic: test timed out after 2m0s\n", TimedOut, ""},
 		{"killed at the deadline", -1, true, "", TimedOut, ""},
 	} {
-		s, d := classify("operators/multigres/names.go", "/tmp/ensemble-mutate-1/m3/names.go", tc.code, tc.deadline, tc.out)
+		s, d := classifyRun(tc.code, tc.deadline, tc.out)
+		if s != tc.status || d != tc.detail {
+			t.Errorf("%s: got %s %q, want %s %q", tc.name, s, d, tc.status, tc.detail)
+		}
+	}
+}
+
+func TestClassifyBuild(t *testing.T) {
+	// go test -c's output: no "[build failed]" line, only the compiler's.
+	for _, tc := range []struct {
+		name, out string
+		status    Status
+		detail    string
+	}{
+		{"the mutated file", `# github.com/ensembletest/ensemble/operators/multigres
+/tmp/ensemble-mutate-1/m3/names.go:12:15: invalid operation: operator - not defined on s (variable of type string)
+`, NotViable, "operators/multigres/names.go:12:15: invalid operation: operator - not defined on s (variable of type string)"},
+		{"another file", `# github.com/ensembletest/ensemble/fakes/dataplane
+../fakes/dataplane/dataplane.go:22:2: "sigs.k8s.io/controller-runtime/pkg/client" imported and not used
+/tmp/ensemble-mutate-1/m3/names.go:12:15: too many errors
+`, NotViable, "operators/multigres/names.go:12:15: too many errors"},
+		{"another file only", `# github.com/ensembletest/ensemble/fakes/dataplane
+../fakes/dataplane/dataplane.go:22:2: "sigs.k8s.io/controller-runtime/pkg/client" imported and not used
+`, Broken, "the build failed outside operators/multigres/names.go: ../fakes/dataplane/dataplane.go:22:2: \"sigs.k8s.io/controller-runtime/pkg/client\" imported and not used"},
+	} {
+		s, d := classifyBuild("operators/multigres/names.go", "/tmp/ensemble-mutate-1/m3/names.go", tc.out)
 		if s != tc.status || d != tc.detail {
 			t.Errorf("%s: got %s %q, want %s %q", tc.name, s, d, tc.status, tc.detail)
 		}
@@ -227,16 +330,20 @@ FAIL	github.com/ensembletest/ensemble/scenarios [build failed]
 
 func TestReport(t *testing.T) {
 	ms := []Mutant{
-		{File: "operators/x/a.go", Line: 3, Col: 7, Kind: "CONDITIONALS_NEGATION", From: "==", To: "!=", Status: Killed},
-		{File: "operators/x/a.go", Line: 4, Col: 9, Kind: "CONDITIONALS_BOUNDARY", From: "<", To: "<=", Status: Survived},
-		{File: "operators/x/a.go", Line: 9, Col: 2, Kind: "INCREMENT_DECREMENT", From: "++", To: "--", Status: TimedOut},
-		{File: "operators/x/a.go", Line: 12, Col: 5, Kind: "ARITHMETIC_BASE", From: "+", To: "-", Status: NotViable},
+		{File: "operators/x/a.go", Line: 3, Col: 7, Kind: "CONDITIONALS_NEGATION", From: "==", To: "!=", Status: Killed,
+			Specs: []string{"x a"}, Compile: 20 * time.Second, Run: 30 * time.Second},
+		{File: "operators/x/a.go", Line: 4, Col: 9, Kind: "CONDITIONALS_BOUNDARY", From: "<", To: "<=", Status: Survived,
+			Specs: []string{"x a", "x b", "x c"}, Compile: 25 * time.Second, Run: 90 * time.Second},
+		{File: "operators/x/a.go", Line: 9, Col: 2, Kind: "INCREMENT_DECREMENT", From: "++", To: "--", Status: TimedOut,
+			Specs: []string{"x a", "x b"}, Compile: 22 * time.Second, Run: 120 * time.Second},
+		{File: "operators/x/a.go", Line: 12, Col: 5, Kind: "ARITHMETIC_BASE", From: "+", To: "-", Status: NotViable,
+			Specs: []string{"x a"}, Compile: 5 * time.Second},
 		{File: "operators/x/sub/b.go", Line: 5, Col: 1, Kind: "CONDITIONALS_NEGATION", From: "!=", To: "==", Status: NotCovered},
 		{File: "operators/x/sub/b.go", Line: 6, Col: 1, Kind: "CONDITIONALS_NEGATION", From: "!=", To: "==", Status: NotRun},
 		{File: "operators/x/sub/b.go", Line: 8, Col: 3, Kind: "CONDITIONALS_NEGATION", From: "==", To: "!=", Status: Broken, Detail: "the build failed outside operators/x/sub/b.go: c.go:1:1: x"},
 	}
 	var b bytes.Buffer
-	report(&b, Header{Pkg: "operators/x", Suite: "./scenarios/", Labels: "x", Base: "HEAD~1", OutsideBase: 7, Wall: 90 * time.Second}, ms)
+	report(&b, Header{Pkg: "operators/x", Suite: "./scenarios/", Labels: "x", Base: "HEAD~1", OutsideBase: 7, Specs: 3, Coverage: 65 * time.Second, Wall: 390 * time.Second}, ms)
 	want := `
 mutation score of ./scenarios/ (label filter "x") over operators/x, lines changed since HEAD~1
 left out: 7 mutants on lines unchanged since HEAD~1
@@ -250,14 +357,19 @@ broken (1, in no column: the build failed in another file than the mutated one, 
   operators/x/sub/b.go:8:3 CONDITIONALS_NEGATION (== -> !=): the build failed outside operators/x/sub/b.go: c.go:1:1: x
 survivors (1):
   operators/x/a.go:4:9 CONDITIONALS_BOUNDARY (< -> <=)
-wall time: 1m30s
+wall time: 6m30s, per-spec coverage of 3 specs 1m5s
+per mutant, min/median/max: compile 5s/22s/25s (4 compiled); specs covering 1/2/3, run 30s/1m30s/2m0s, compile and run 50s/1m55s/2m22s (3 run)
 `
 	if b.String() != want {
 		t.Errorf("report:\n%s\nwant:\n%s", b.String(), want)
 	}
 	p := progress(3, 12, Mutant{File: "operators/x/a.go", Line: 3, Col: 7, Kind: "CONDITIONALS_NEGATION", From: "==", To: "!=",
-		Status: Killed, Took: 21340 * time.Millisecond, Detail: "[FAIL] x [It] y"})
-	if want := "[ 3/12] KILLED      operators/x/a.go:3:7 CONDITIONALS_NEGATION (== -> !=) 21.3s  [FAIL] x [It] y"; p != want {
+		Status: Killed, Specs: []string{"x y", "x z"}, Ran: 1, Compile: 18049 * time.Millisecond, Run: 21340 * time.Millisecond,
+		Detail: "[FAIL] x [It] y"})
+	if want := "[ 3/12] KILLED      operators/x/a.go:3:7 CONDITIONALS_NEGATION (== -> !=) 1/2 specs, compile 18s, run 21.3s  [FAIL] x [It] y"; p != want {
 		t.Errorf("progress: %q, want %q", p, want)
+	}
+	if p := progress(1, 1, Mutant{Status: TimedOut, Specs: []string{"x y"}, Ran: -1}); !strings.Contains(p, " ?/1 specs") {
+		t.Errorf("progress without a report: %q", p)
 	}
 }
