@@ -50,6 +50,8 @@ import (
 type KubeletReconciler struct {
 	// Client reads Pods and applies their status. Defaults to mgr.GetClient() at setup when nil.
 	Client client.Client
+	// managerClient is true when Client came from a manager in SetupWithManager.
+	managerClient bool
 
 	opts    Options
 	log     *writeLog
@@ -114,8 +116,10 @@ func newKubelet(opts Options, l *writeLog) *KubeletReconciler {
 // registers the controller "dataplane-kubelet" with mgr: it watches every Pod and the kubelet's own trigger
 // (CrashLoop).
 func (k *KubeletReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if k.Client == nil {
-		k.Client = mgr.GetClient()
+	// A client the manager handed out is taken again from each manager (a restarted manager's first one
+	// refuses writes); one set by the caller is kept.
+	if k.Client == nil || k.managerClient {
+		k.Client, k.managerClient = mgr.GetClient(), true
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -45,6 +45,8 @@ type CNSimReconciler struct {
 	// Client reads pods and pools (from the cache) and LogSets (for Registry.Instance). Defaults to
 	// mgr.GetClient() at setup when nil.
 	Client client.Client
+	// managerClient is true when Client came from a manager in SetupWithManager.
+	managerClient bool
 
 	reg     *Registry
 	trigger trigger.Source
@@ -57,8 +59,10 @@ type CNSimReconciler struct {
 // simulator's own trigger. It also hands Client to
 // the Registry for its LogSet reads.
 func (s *CNSimReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if s.Client == nil {
-		s.Client = mgr.GetClient()
+	// A client the manager handed out is taken again from each manager (a restarted manager's first one
+	// refuses writes); one set by the caller is kept.
+	if s.Client == nil || s.managerClient {
+		s.Client, s.managerClient = mgr.GetClient(), true
 	}
 	s.reg.setReader(s.Client)
 	return ctrl.NewControllerManagedBy(mgr).

@@ -575,6 +575,8 @@ func shardRequest(ns string, k topo.ShardKey) reconcile.Request {
 type SimReconciler struct {
 	// Client reads pods (from the cache). Defaults to mgr.GetClient() at setup when nil.
 	Client client.Client
+	// managerClient is true when Client came from a manager in SetupWithManager.
+	managerClient bool
 
 	store   *Store
 	trigger trigger.Source
@@ -584,8 +586,10 @@ type SimReconciler struct {
 // the component label shard-pool or multiorch and the database, tablegroup and shard labels (mapped to its
 // shard's request), plus the Store's own trigger (Release, FreezeElections off, SetLifecycle).
 func (r *SimReconciler) SetupWithManager(mgr ctrl.Manager) error {
-	if r.Client == nil {
-		r.Client = mgr.GetClient()
+	// A client the manager handed out is taken again from each manager (a restarted manager's first one
+	// refuses writes); one set by the caller is kept.
+	if r.Client == nil || r.managerClient {
+		r.Client, r.managerClient = mgr.GetClient(), true
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named(ControllerName).
