@@ -52,8 +52,10 @@ type Case struct {
 	scripts    []*Script
 	optOuts    map[Oracle]string
 	sharedOK   map[string]bool
-	admitted   bool
-	after      []func()
+	// differOK are the "Kind/name path" prefixes AllowDifference declared.
+	differOK []string
+	admitted bool
+	after    []func()
 	// marks are the failures noted for the case's timeline (see mark).
 	marks []mark
 }

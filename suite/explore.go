@@ -130,7 +130,12 @@ func (c *Case) differentialErrors(end map[string]map[string]string) []string {
 	if len(base) == 0 || c.optedOut(Differential) {
 		return nil
 	}
-	diff := perturb.Diff(base, end)
+	var diff []string
+	for _, d := range perturb.Diff(base, end) {
+		if !c.differenceAllowed(d) {
+			diff = append(diff, d)
+		}
+	}
 	if len(diff) == 0 {
 		return nil
 	}
@@ -138,6 +143,39 @@ func (c *Case) differentialErrors(end map[string]map[string]string) []string {
 	first, _, _ := strings.Cut(msg, "\n")
 	c.mark(first)
 	return []string{msg}
+}
+
+// AllowDifference declares that the field path (or any field under it, as the event stream names fields, e.g.
+// "status.podRoles") of the object kind/name may end differently under a perturbation: the spec's operator
+// decides it by timing (which pod an election picks, say), so the unperturbed runs agreeing on it says
+// nothing. The Differential oracle does not compare it; reason is shown in the spec's report when the oracle
+// runs (ENSEMBLE_BASELINE). Without a
+// kind, name, path or reason the test fails.
+func (c *Case) AllowDifference(kind, name, path, reason string) {
+	c.t.Helper()
+	if kind == "" || name == "" || path == "" || strings.TrimSpace(reason) == "" {
+		c.fatalf("suite: AllowDifference(%q, %q, %q, %q): give the object's kind and name, the field path and why its end value may differ", kind, name, path, reason)
+		return
+	}
+	c.mu.Lock()
+	c.differOK = append(c.differOK, kind+"/"+name+" "+path)
+	c.mu.Unlock()
+	if len(c.s.baselines) > 0 {
+		c.report("difference allowed", fmt.Sprintf("%s/%s %s: %s", kind, name, path, reason))
+	}
+}
+
+// differenceAllowed reports whether a line of perturb.Diff ("Kind/name path: ...") is under a field the spec
+// declared with AllowDifference.
+func (c *Case) differenceAllowed(line string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ok := range c.differOK {
+		if strings.HasPrefix(line, ok+":") || strings.HasPrefix(line, ok+".") || strings.HasPrefix(line, ok+"[") {
+			return true
+		}
+	}
+	return false
 }
 
 // writeRecord writes the case's perturb.Record to ENSEMBLE_EXPLORE's directory.

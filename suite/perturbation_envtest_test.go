@@ -140,5 +140,18 @@ func testPerturbation(t *testing.T, s *Suite) {
 		if p := run("v"); p.Failed() {
 			t.Fatalf("a case equal to its baseline failed: %v", p.errors)
 		}
+		p = &probeTB{name: "differential"}
+		c := s.NewCase(p)
+		c.AllowDifference("ConfigMap", "x", "data", "the test writes another value on purpose")
+		o := cm("x", false)
+		o.Data = map[string]string{"k": "w"}
+		if err := c.Create(o); err != nil {
+			t.Fatal(err)
+		}
+		NewWithT(t).Eventually(seen(c, "x")).WithTimeout(10 * time.Second).Should(Equal("yes"))
+		p.runCleanups()
+		if p.Failed() || len(p.reports) != 1 || !strings.Contains(p.reports[0], "the test writes another value on purpose") {
+			t.Fatalf("an allowed difference: errors %q reports %q, want no failure and the reason reported", p.errors, p.reports)
+		}
 	})
 }

@@ -6,8 +6,8 @@ import "testing"
 // constants and variables): one vocabulary, small enough to learn in an afternoon. 65 held the harness
 // before scripts, write matchers and oracles; those brought it to 83. Manager.Elected and External (the
 // systems perturbation points take down or slow) brought it to 86; Case.Perturb, Case.Release and the
-// Differential oracle to 89 (the point vocabulary itself lives in suite/perturb).
-const suiteBudget = 89
+// Differential oracle and Case.AllowDifference to 90 (the point vocabulary itself lives in suite/perturb).
+const suiteBudget = 90
 
 func TestSuiteStaysWithinItsBudget(t *testing.T) {
 	ids, err := exported("../../../suite")
