@@ -142,6 +142,15 @@ func TestDiffComparesFieldByFieldAndLeavesOutVolatileFields(t *testing.T) {
 	if strings.Join(d, "\n") != strings.Join(want, "\n") {
 		t.Errorf("Diff:\n%s\nwant:\n%s", strings.Join(d, "\n"), strings.Join(want, "\n"))
 	}
+	hashed := func(key string) map[string]map[string]string {
+		return map[string]map[string]string{"ConfigMap/c": {"data.config.toml-" + key: "x", "data.other": "1"}}
+	}
+	if d := Diff([]map[string]map[string]string{hashed("a1"), hashed("b2")}, hashed("c3")); len(d) != 0 {
+		t.Errorf("a key named after a run-specific hash differs: %v", d)
+	}
+	if d := Diff([]map[string]map[string]string{hashed("a1"), hashed("a1")}, hashed("c3")); len(d) != 2 {
+		t.Errorf("a key both unperturbed runs agree on must be compared: %v", d)
+	}
 	if d := Diff([]map[string]map[string]string{base}, base); len(d) != 0 {
 		t.Errorf("a run equal to its baseline differs: %v", d)
 	}

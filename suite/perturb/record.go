@@ -59,8 +59,9 @@ func Volatile(path string) bool {
 
 // Diff compares a perturbed run's end state with the unperturbed runs' and returns the differences field by
 // field, "Kind/name path: want -> got" (or "Kind/name: missing" / "Kind/name: unexpected"), sorted. A field
-// whose value differs between the unperturbed runs themselves is volatile for this spec and not compared;
-// with one baseline only Volatile's fields are left out. No baseline: nil.
+// whose value differs between the unperturbed runs themselves is volatile for this spec and not compared, and
+// when they do not agree on which fields an object has, a field that none of them had is not reported; with
+// one baseline only Volatile's fields are left out. No baseline: nil.
 func Diff(baselines []map[string]map[string]string, got map[string]map[string]string) []string {
 	if len(baselines) == 0 {
 		return nil
@@ -87,8 +88,11 @@ func Diff(baselines []map[string]map[string]string, got map[string]map[string]st
 				out = append(out, fmt.Sprintf("%s %s: %s -> %s", obj, path, w, gv))
 			}
 		}
+		// When the unperturbed runs do not agree on which fields obj has (a key named after a hash of
+		// run-specific content), a field none of them had says nothing either.
+		sameKeys := sameFieldNames(baselines, obj)
 		for path, gv := range g {
-			if _, ok := fields[path]; !ok && !volatileHere(baselines, obj, path) {
+			if _, ok := fields[path]; !ok && sameKeys && !volatileHere(baselines, obj, path) {
 				out = append(out, fmt.Sprintf("%s %s: <absent> -> %s", obj, path, gv))
 			}
 		}
@@ -119,6 +123,23 @@ func volatileHere(baselines []map[string]map[string]string, obj, path string) bo
 		}
 	}
 	return false
+}
+
+// sameFieldNames reports whether every baseline has obj with the same set of field paths.
+func sameFieldNames(baselines []map[string]map[string]string, obj string) bool {
+	first := baselines[0][obj]
+	for _, b := range baselines[1:] {
+		f, ok := b[obj]
+		if !ok || len(f) != len(first) {
+			return false
+		}
+		for p := range f {
+			if _, ok := first[p]; !ok {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func inEvery(baselines []map[string]map[string]string, obj string) bool {
