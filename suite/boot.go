@@ -306,7 +306,7 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 		stopTimeout: opts.StopTimeout, cleanupTimeout: opts.CleanupTimeout,
 		notify: notify, rec: newRecorder(opts.Scheme, notify), stream: newStream(opts.Scheme, notify),
 		gate: newGate(), managers: map[string]*Manager{}, externals: externals}
-	if err := s.perturbationEnv(opts.Managers); err != nil {
+	if err := s.perturbationEnv(); err != nil {
 		return nil, err
 	}
 	plane, err := controlplane.Start(&envtest.Environment{

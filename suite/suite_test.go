@@ -156,8 +156,6 @@ func TestBootRejectsBadInput(t *testing.T) {
 		"bad timeline":    {Options{Scheme: newScheme()}, "ENSEMBLE_TIMELINE=\"[\" is neither 1 nor a regexp", nil},
 		"bad point": {Options{Scheme: newScheme()}, `ENSEMBLE_PERTURB: perturb: point "conflict@a": no trigger`,
 			map[string]string{"ENSEMBLE_PERTURB": "conflict@a"}},
-		"point of no manager": {Options{Scheme: newScheme(), Managers: []ManagerOptions{{Name: "a", Register: noop}}},
-			`point conflict@b/c#1: no manager is named "b"; the suite's managers are a`, map[string]string{"ENSEMBLE_PERTURB": "conflict@b/c#1"}},
 		"empty baseline":           {Options{Scheme: newScheme()}, "ENSEMBLE_BASELINE: no case record (*.json) in", map[string]string{"ENSEMBLE_BASELINE": os.TempDir() + "/ensemble-no-such-baseline"}},
 		"external without name":    {Options{Scheme: newScheme(), Externals: []External{{Down: down, Slow: slow}}}, "Externals[0] has an empty Name", nil},
 		"external name with (":     {Options{Scheme: newScheme(), Externals: []External{{Name: "pool(er", Down: down, Slow: slow}}}, `Name "pool(er" holds one of`, nil},

@@ -119,9 +119,9 @@ func TestErrorIsTheAPIServersKind(t *testing.T) {
 
 func TestDiffComparesFieldByFieldAndLeavesOutVolatileFields(t *testing.T) {
 	base := map[string]map[string]string{
-		"Shard/a": {"status.phase": "Healthy", "status.observedGeneration": "2", "status.started": "x1", "spec.replicas": "3"},
-		"Pod/p-0": {"spec.nodeName": "n"},
-		"Pod/odd": {"spec.nodeName": "n"},
+		"Shard/a":     {"status.phase": "Healthy", "status.observedGeneration": "2", "status.started": "x1", "spec.replicas": "3"},
+		"Pod/p-0":     {"spec.nodeName": "n"},
+		"Service/odd": {"spec.type": "ClusterIP"},
 	}
 	base2 := map[string]map[string]string{
 		"Shard/a": {"status.phase": "Healthy", "status.observedGeneration": "3", "status.started": "x2", "spec.replicas": "3"},
@@ -150,6 +150,20 @@ func TestDiffComparesFieldByFieldAndLeavesOutVolatileFields(t *testing.T) {
 	}
 	if d := Diff([]map[string]map[string]string{hashed("a1"), hashed("a1")}, hashed("c3")); len(d) != 2 {
 		t.Errorf("a key both unperturbed runs agree on must be compared: %v", d)
+	}
+	named := func(names ...string) map[string]map[string]string {
+		m := map[string]map[string]string{"Pod/fixed": {"spec.x": "1"}}
+		for _, n := range names {
+			m["Pod/"+n] = map[string]string{"spec.x": "1"}
+		}
+		return m
+	}
+	b1, b2 := named("a1", "a2"), named("b1", "b2")
+	if d := Diff([]map[string]map[string]string{b1, b2}, named("c1", "c2")); len(d) != 0 {
+		t.Errorf("objects named anew each run, as many as unperturbed: %v", d)
+	}
+	if d := Diff([]map[string]map[string]string{b1, b2}, named("c1", "c2", "c3")); len(d) != 1 || d[0] != "Pod: 3 objects named anew each run, the unperturbed runs ended with 2" {
+		t.Errorf("one more object named anew: %v", d)
 	}
 	if d := Diff([]map[string]map[string]string{base}, base); len(d) != 0 {
 		t.Errorf("a run equal to its baseline differs: %v", d)

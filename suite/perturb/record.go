@@ -61,7 +61,8 @@ func Volatile(path string) bool {
 // field, "Kind/name path: want -> got" (or "Kind/name: missing" / "Kind/name: unexpected"), sorted. A field
 // whose value differs between the unperturbed runs themselves is volatile for this spec and not compared, and
 // when they do not agree on which fields an object has, a field that none of them had is not reported; with
-// one baseline only Volatile's fields are left out. No baseline: nil.
+// one baseline only Volatile's fields are left out. Objects of a kind the unperturbed runs name anew each run
+// (some in one run and not the other) are compared by their count only. No baseline: nil.
 func Diff(baselines []map[string]map[string]string, got map[string]map[string]string) []string {
 	if len(baselines) == 0 {
 		return nil
@@ -97,13 +98,54 @@ func Diff(baselines []map[string]map[string]string, got map[string]map[string]st
 			}
 		}
 	}
+	// A kind some of whose objects are in one unperturbed run and not the other is named anew each run (an
+	// operator's random suffix): its objects outside every baseline are compared by count, not by name.
+	renamed := renamedKinds(baselines)
 	for obj := range got {
-		if _, ok := want[obj]; !ok && !inAny(baselines, obj) {
+		if _, ok := want[obj]; !ok && !inAny(baselines, obj) && !renamed[kindOf(obj)] {
 			out = append(out, obj+": unexpected (the unperturbed run ended without it)")
+		}
+	}
+	for kind := range renamed {
+		n := func(m map[string]map[string]string) int {
+			c := 0
+			for obj := range m {
+				if kindOf(obj) == kind && !inEvery(baselines, obj) {
+					c++
+				}
+			}
+			return c
+		}
+		w, same := n(baselines[0]), true
+		for _, b := range baselines[1:] {
+			same = same && n(b) == w
+		}
+		// got's objects named anew are those in no baseline or not in every one.
+		if g := n(got); same && g != w {
+			out = append(out, fmt.Sprintf("%s: %d objects named anew each run, the unperturbed runs ended with %d", kind, g, w))
 		}
 	}
 	sort.Strings(out)
 	return out
+}
+
+// renamedKinds returns the kinds with an object that is in some baselines and not in all of them.
+func renamedKinds(baselines []map[string]map[string]string) map[string]bool {
+	out := map[string]bool{}
+	for _, b := range baselines {
+		for obj := range b {
+			if !inEvery(baselines, obj) {
+				out[kindOf(obj)] = true
+			}
+		}
+	}
+	return out
+}
+
+// kindOf is the Kind of a "Kind/name" key.
+func kindOf(obj string) string {
+	k, _, _ := strings.Cut(obj, "/")
+	return k
 }
 
 // volatileHere reports whether obj's path is left out: volatile by nature, or not the same in every baseline.
