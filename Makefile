@@ -105,6 +105,8 @@ flake: ## Run the scenario suite (or FOCUS=regexp, LABELS=filter) N=<runs> times
 # and POINTS reach it through the environment as make got them, quotes, '#' and spaces included. SUITE names
 # another Ginkgo suite's directory (examples/kuberay); EXPLORE_JOBS runs points at once, each with its own envtest.
 EXPLORE_NEEDS_FOCUS = make explore: pass FOCUS=<spec regexp>, the specs to perturb, e.g. make explore FOCUS='becomes Healthy' BUDGET=6
+# Checked before the prerequisites, so a missing FOCUS is said before any envtest build.
+$(if $(filter explore,$(MAKECMDGOALS)),$(if $(FOCUS),,$(error $(EXPLORE_NEEDS_FOCUS))))
 MODES ?=
 BUDGET ?=
 POINTS ?=
@@ -114,7 +116,6 @@ EXPLORE_JOBS ?= 1
 
 .PHONY: explore
 explore: envtest-assets ## Perturb the FOCUS=<spec regexp> specs one point at a time and compare with their unperturbed runs: point | mode | verdict | first difference, a rerun command per failing point (MODES=a,b|all, BUDGET=40|20m, POINTS=, REPEAT=n, SUITE=examples/kuberay, EXPLORE_JOBS=1, REPORT_DIR=dir).
-	$(if $(FOCUS),,$(error $(EXPLORE_NEEDS_FOCUS)))
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) run ./internal/cmd/explore -focus "$$FOCUS" -j $(EXPLORE_JOBS) -timeout $(SUITE_TIMEOUT) \
 	  $(if $(MODES),-modes "$$MODES") $(if $(BUDGET),-budget "$(BUDGET)") $(if $(POINTS),-points "$$POINTS") \
 	  $(if $(REPEAT),-repeat "$(REPEAT)") $(if $(SUITE),-suite "$(SUITE)") $(if $(REPORT_DIR),-report-dir $(abspath $(REPORT_DIR)))

@@ -3,6 +3,7 @@ package suite
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -276,6 +277,21 @@ func (c *Case) endPerturbation() (points, firedAt, errs []string) {
 		points = append(points, a.p.String())
 	}
 	return points, pl.fired, pl.errs
+}
+
+// reportPoints adds a report entry (shown without -v) for a case that had points: where each fired, or that
+// it never did (no write of its writer, on its object, reached its trigger; check the writer's name).
+func (c *Case) reportPoints(points, firedAt []string) {
+	if len(points) == 0 {
+		return
+	}
+	lines := append([]string(nil), firedAt...)
+	for _, p := range points {
+		if !slices.ContainsFunc(firedAt, func(f string) bool { return strings.HasPrefix(f, p+" at ") }) {
+			lines = append(lines, p+" never fired: no write of its writer reached its trigger (is the writer manager or manager/controller as the writes name it?)")
+		}
+	}
+	c.report("perturbation", strings.Join(lines, "\n"))
 }
 
 // groupResource names kind's resource for an injected error, through the client's REST mapper (the lowered
