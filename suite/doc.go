@@ -12,6 +12,12 @@
 // A spec holds a Case and asks it everything. See the package example, and examples/kuberay in the
 // repository for KubeRay's unmodified controllers under ensemble.
 //
+// Every case is judged at its end by oracles (HotLoop, SharedFields, Convergence, and Differential against
+// unperturbed runs). Perturbation points (package suite/perturb, Case.Perturb, ENSEMBLE_PERTURB) answer a
+// chosen write with an API error, restart its manager right after it, hold the written object from that
+// manager's cache, or take an external system a fake plays down; they are triggered by writes, so a point
+// fires at the same place when rerun. See docs/architecture.md §3 Perturbation.
+//
 // # What ensemble cannot see
 //
 //   - A write made on a context that does not derive from the reconcile pass's (context.Background() in a
@@ -30,6 +36,8 @@
 //   - There is no kubelet and no scheduler: pods stay Pending unless a manager such as fakes/dataplane binds
 //     and runs them. kube-controller-manager runs only the controllers in Options.KubeControllers (by default
 //     those that need no node and no cloud), and its own writes are not recorded, only seen as changes.
+//   - Perturbation points are triggered by recorded writes only: a change no manager of the suite made (a
+//     kube-controller-manager write) cannot trigger one.
 //   - Requeue compression changes wall time, not order. A spec that measures a rate must measure it in the
 //     operator's own time (OperatorTimeline).
 package suite
