@@ -145,6 +145,16 @@ func testWrappedController(t *testing.T, s *Suite) {
 	if last := ps[len(ps)-1]; last.Asked != time.Hour || last.RequeueAfter != 50*time.Millisecond {
 		t.Fatalf("last pass %s: want the asked hour compressed to 50ms", last.line())
 	}
+	// The create's event woke the first pass; the compressed hourly requeue alone wakes the later ones.
+	requeueOnly := 0
+	for _, p := range ps[1:] {
+		if p.Requeued && !p.Event {
+			requeueOnly++
+		}
+	}
+	if !ps[0].Event || requeueOnly == 0 {
+		t.Fatalf("passes %d, first woken by an event: %v, woken by the requeue alone: %d; want the controller's queue to tell them apart", len(ps), ps[0].Event, requeueOnly)
+	}
 	cm := &corev1.ConfigMap{}
 	if err := c.Get("m", cm); err != nil {
 		t.Fatal(err)

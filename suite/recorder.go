@@ -119,6 +119,10 @@ type Pass struct {
 	// pass began once the delay it was handed had run out: the requeue, not an event, most likely woke it.
 	// Under requeue compression and a fixture's time scale such passes run far sooner than in production.
 	Requeued bool
+	// Event is true when an event handler or source queued this request since the previous pass of this
+	// controller key began (always for a key's first pass): something other than a requeue woke the pass,
+	// however late its event arrived. Read from the controller's queue, so it does not depend on the load.
+	Event bool
 }
 
 // line renders the pass on one line for reports and dumps.
@@ -149,13 +153,15 @@ type recorder struct {
 	passLog  []*Pass
 	perKey   map[passKey]int
 	lastPass map[passKey]*Pass
-	notify   *broadcast
-	scheme   *runtime.Scheme
-	hot      *hotLoops
+	// queued is when an event last queued each controller key (see queuedByEvent).
+	queued map[passKey]time.Time
+	notify *broadcast
+	scheme *runtime.Scheme
+	hot    *hotLoops
 }
 
 func newRecorder(scheme *runtime.Scheme, notify *broadcast) *recorder {
-	return &recorder{perKey: map[passKey]int{}, lastPass: map[passKey]*Pass{}, notify: notify, scheme: scheme, hot: newHotLoops()}
+	return &recorder{perKey: map[passKey]int{}, lastPass: map[passKey]*Pass{}, queued: map[passKey]time.Time{}, notify: notify, scheme: scheme, hot: newHotLoops()}
 }
 
 // caseManager is the manager name of a Case's client.
@@ -187,10 +193,21 @@ func (r *recorder) beginPass(manager, controller string, req ctrl.Request) *Pass
 	p := &Pass{ID: int64(len(r.passLog) + 1), Manager: manager, Controller: controller, Request: req, N: r.perKey[k], Start: time.Now()}
 	if prev := r.lastPass[k]; prev != nil {
 		p.Requeued = woke(*prev, p.Start)
+		p.Event = r.queued[k].After(prev.Start)
+	} else {
+		p.Event = true
 	}
 	r.passLog = append(r.passLog, p)
 	r.lastPass[k] = p
 	return p
+}
+
+// queuedByEvent notes that an event handler or source queued req for manager's controller now (an add with
+// no delay and no rate limit: not a requeue).
+func (r *recorder) queuedByEvent(manager, controller string, req ctrl.Request) {
+	r.mu.Lock()
+	r.queued[passKey{manager, controller, req.NamespacedName}] = time.Now()
+	r.mu.Unlock()
 }
 
 func (r *recorder) endPass(p *Pass, gated bool, err error, after, asked time.Duration) {

@@ -9,8 +9,10 @@ import (
 	"strings"
 	"sync/atomic"
 
+	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
@@ -90,8 +92,62 @@ func (m *wrappingManager) wrap(r manager.Runnable) (string, bool, error) {
 	inner := do.Interface().(reconcile.Reconciler)
 	if _, done := inner.(*wrappedReconciler); !done {
 		do.Set(reflect.ValueOf(reconcile.Reconciler(&wrappedReconciler{s: m.s, manager: m.name, controller: name, ungated: m.ungated, inner: inner})))
+		m.observeQueue(v.Elem().FieldByName("NewQueue"), name)
 	}
 	return name, true, nil
+}
+
+// newQueueFunc is the type of a controller's NewQueue field in controller-runtime v0.25.
+type newQueueFunc = func(string, workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request]
+
+// observeQueue wraps the queue the controller will build, so that an add by an event handler or a source (no
+// delay, no rate limit: not the controller's own requeue) is noted for Pass.Event. A controller without such
+// a field is left as it is; its passes then never report Event.
+func (m *wrappingManager) observeQueue(f reflect.Value, controller string) {
+	if !f.IsValid() || !f.CanSet() || f.Type() != reflect.TypeFor[newQueueFunc]() || f.IsNil() {
+		return
+	}
+	orig := f.Interface().(newQueueFunc)
+	note := func(req reconcile.Request) { m.s.rec.queuedByEvent(m.name, controller, req) }
+	f.Set(reflect.ValueOf(newQueueFunc(func(name string, rl workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
+		q := orig(name, rl)
+		if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
+			return &observedPriorityQueue{PriorityQueue: pq, note: note}
+		}
+		return &observedQueue{TypedRateLimitingInterface: q, note: note}
+	})))
+}
+
+// observedPriorityQueue is controller-runtime's priority queue with its immediate adds noted.
+type observedPriorityQueue struct {
+	priorityqueue.PriorityQueue[reconcile.Request]
+	note func(reconcile.Request)
+}
+
+func (q *observedPriorityQueue) Add(item reconcile.Request) {
+	q.note(item)
+	q.PriorityQueue.Add(item)
+}
+
+func (q *observedPriorityQueue) AddWithOpts(o priorityqueue.AddOpts, items ...reconcile.Request) {
+	if o.After == 0 && !o.RateLimited {
+		for _, it := range items {
+			q.note(it)
+		}
+	}
+	q.PriorityQueue.AddWithOpts(o, items...)
+}
+
+// observedQueue is a plain rate-limiting queue with its immediate adds noted (controller-runtime wraps it
+// for priorities and sends immediate adds to Add).
+type observedQueue struct {
+	workqueue.TypedRateLimitingInterface[reconcile.Request]
+	note func(reconcile.Request)
+}
+
+func (q *observedQueue) Add(item reconcile.Request) {
+	q.note(item)
+	q.TypedRateLimitingInterface.Add(item)
 }
 
 func (m *wrappingManager) cannotWrap(name string, r manager.Runnable, why string) error {
