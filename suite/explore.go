@@ -52,29 +52,13 @@ func (s *Suite) perturbationEnv() error {
 	return nil
 }
 
-// readRecords reads every *.json record in dir. Errors: an unreadable directory, one with no record, a
-// record that does not parse (naming the file).
+// readRecords reads every record in dir. Errors: perturb.ReadRecords's, or a directory with no record.
 func readRecords(dir string) ([]perturb.Record, error) {
-	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
-	if err != nil {
-		return nil, err
+	recs, err := perturb.ReadRecords(dir)
+	if err == nil && len(recs) == 0 {
+		err = fmt.Errorf("no case record (*.json) in %s", dir)
 	}
-	if len(files) == 0 {
-		return nil, fmt.Errorf("no case record (*.json) in %s", dir)
-	}
-	var out []perturb.Record
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return nil, err
-		}
-		var r perturb.Record
-		if err := json.Unmarshal(b, &r); err != nil {
-			return nil, fmt.Errorf("%s: %w", f, err)
-		}
-		out = append(out, r)
-	}
-	return out, nil
+	return recs, err
 }
 
 // endState reads the case's objects (the watched kinds) as the differential oracle compares them: "Kind/name"

@@ -1,7 +1,10 @@
 package perturb
 
 import (
+	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 )
@@ -200,4 +203,26 @@ func inAny(baselines []map[string]map[string]string, obj string) bool {
 		}
 	}
 	return false
+}
+
+// ReadRecords reads the Records (*.json) a run wrote to dir, as ENSEMBLE_EXPLORE writes them; none when it
+// wrote none. Errors: an unreadable directory or file, a file that is not a Record (naming it).
+func ReadRecords(dir string) ([]Record, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
+	if err != nil {
+		return nil, err
+	}
+	var out []Record
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		var r Record
+		if err := json.Unmarshal(b, &r); err != nil {
+			return nil, fmt.Errorf("%s is not a perturb.Record: %w", f, err)
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }

@@ -33,7 +33,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -183,17 +182,17 @@ func run(ctx context.Context, c config, out io.Writer) (Exploration, error) {
 		if err := res.baselineError(bases[i], c.focus, x.Suite); err != nil {
 			return x, err
 		}
-		if recs, err := readRecords(res.records); err != nil || len(recs) == 0 {
+		if recs, err := perturb.ReadRecords(res.records); err != nil || len(recs) == 0 {
 			return x, fmt.Errorf("%s wrote no record under %s (%v): this suite's harness does not write ENSEMBLE_EXPLORE's records yet, or its focused specs make no suite.Case", bases[i], res.records, err)
 		}
 		fmt.Fprintf(out, "%s: %s passed in %s\n", bases[i], textout.Count(res.ran(), "spec", "specs"), res.Took.Round(time.Second))
 		x.Baselines = append(x.Baselines, res.records)
 	}
-	records, err := readRecords(baseRuns[0].records)
+	records, err := perturb.ReadRecords(baseRuns[0].records)
 	if err != nil {
 		return x, fmt.Errorf("baseline-1: %w", err)
 	}
-	second, err := readRecords(baseRuns[1].records)
+	second, err := perturb.ReadRecords(baseRuns[1].records)
 	if err != nil {
 		return x, fmt.Errorf("baseline-2: %w", err)
 	}
@@ -461,28 +460,6 @@ func workers[T any](jobs int, next func() (T, int, bool), do func(T, int)) {
 	wg.Wait()
 }
 
-// readRecords reads the perturb.Records (*.json) a run wrote to dir; none when it wrote none. Errors: a
-// file that is not a record.
-func readRecords(dir string) ([]perturb.Record, error) {
-	files, err := filepath.Glob(filepath.Join(dir, "*.json"))
-	if err != nil {
-		return nil, err
-	}
-	var out []perturb.Record
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			return nil, err
-		}
-		var r perturb.Record
-		if err := json.Unmarshal(b, &r); err != nil {
-			return nil, fmt.Errorf("%s is not a perturb.Record: %w", f, err)
-		}
-		out = append(out, r)
-	}
-	return out, nil
-}
-
 // runner compiles and runs the suite's test binary.
 type runner struct {
 	// suite is the suite's package directory; dir holds the runs; bin is the test binary, in binDir (a
@@ -629,7 +606,7 @@ func (res runResult) baselineError(name, focus, suite string) error {
 
 // judge is the run's outcome for spec, its timeline found under artifacts/ when the log names none.
 func (res runResult) judge(spec string) Outcome {
-	records, err := readRecords(res.records)
+	records, err := perturb.ReadRecords(res.records)
 	if err != nil {
 		return Outcome{Verdict: Error, Failure: err.Error(), Difference: err.Error()}
 	}
