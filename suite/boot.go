@@ -16,6 +16,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -167,6 +168,9 @@ type Suite struct {
 	// pmu guards plans, the perturbation of each case namespace that has one (perturbation.go).
 	pmu   sync.Mutex
 	plans map[string]*plan
+	// chmu guards changeHolds, the stale and coalesce points with change triggers the cases armed.
+	chmu        sync.Mutex
+	changeHolds []*changeHold
 	// runPoints are ENSEMBLE_PERTURB's points, set on every case; baselines are ENSEMBLE_BASELINE's end
 	// states by spec name, for the differential oracle; exploreDir is ENSEMBLE_EXPLORE's directory, where
 	// each case leaves its perturb.Record.
@@ -306,6 +310,7 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 		stopTimeout: opts.StopTimeout, cleanupTimeout: opts.CleanupTimeout,
 		notify: notify, rec: newRecorder(opts.Scheme, notify), stream: newStream(opts.Scheme, notify),
 		gate: newGate(), managers: map[string]*Manager{}, externals: externals}
+	s.stream.onChange = s.perturbChange
 	if err := s.perturbationEnv(); err != nil {
 		return nil, err
 	}
@@ -454,6 +459,7 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 		leNS = "default"
 	}
 	h := newHolds(scheme)
+	h.changed = func(k heldKey, ev watch.Event) *changeHold { return s.changeHoldAt(mo.Name, k, ev) }
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
 		Cache:                         h.wrapCache(mo.Cache),

@@ -105,7 +105,7 @@ func (s *Suite) NewCase(t TB, opts ...CaseOption) *Case {
 		s.gate.admit(ns)
 	}
 	for _, p := range s.runPoints {
-		s.planFor(ns, true).arm(p)
+		s.arm(s.planFor(ns, true), p)
 	}
 	t.Cleanup(c.cleanup)
 	return c

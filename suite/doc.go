@@ -15,8 +15,8 @@
 // Every case is judged at its end by oracles (HotLoop, SharedFields, Convergence, and Differential against
 // unperturbed runs). Perturbation points (package suite/perturb, Case.Perturb, ENSEMBLE_PERTURB) answer a
 // chosen write with an API error, restart its manager right after it, hold the written object from that
-// manager's cache, or take an external system a fake plays down; they are triggered by writes, so a point
-// fires at the same place when rerun. See docs/architecture.md §3 Perturbation.
+// manager's cache, or take an external system a fake plays down; they are triggered by writes or by an
+// object's changes, never by the clock, so a point fires at the same place when rerun. See docs/architecture.md §3 Perturbation.
 //
 // # What ensemble cannot see
 //

@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -170,6 +171,11 @@ func (c *Case) writeRecord(points, firedAt []string, end map[string]map[string]s
 		r.Writes = append(r.Writes, perturb.RecordWrite{Writer: w.writer(), Object: w.Kind + "/" + w.Name,
 			Verb: string(w.Verb), Subresource: w.Subresource, Rejected: w.Err != nil})
 	}
+	r.Changes = map[string]int{}
+	for _, ch := range c.s.stream.changes(c.Namespace, ChangeFilter{}) {
+		r.Changes[ch.Kind+"/"+ch.Name]++
+	}
+	r.Watches = c.s.watchedKinds()
 	for _, f := range failures {
 		first, _, _ := strings.Cut(f, "\n")
 		r.Failures = append(r.Failures, first)
@@ -185,4 +191,26 @@ func (c *Case) writeRecord(points, firedAt []string, end map[string]map[string]s
 		name = name[:80]
 	}
 	return errors.Join(os.WriteFile(filepath.Join(c.s.exploreDir, fmt.Sprintf("%s-%08x.json", name, h.Sum32())), b, 0o644))
+}
+
+// watchedKinds lists, by manager, the kinds its cache's informers watch, sorted.
+func (s *Suite) watchedKinds() map[string][]string {
+	s.mu.Lock()
+	ms := make([]*Manager, 0, len(s.managers))
+	for _, m := range s.managers {
+		ms = append(ms, m)
+	}
+	s.mu.Unlock()
+	out := map[string][]string{}
+	for _, m := range ms {
+		m.holds.mu.Lock()
+		for _, in := range m.holds.informers {
+			if !slices.Contains(out[m.Name], in.kind) {
+				out[m.Name] = append(out[m.Name], in.kind)
+			}
+		}
+		m.holds.mu.Unlock()
+		slices.Sort(out[m.Name])
+	}
+	return out
 }

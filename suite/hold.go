@@ -28,6 +28,9 @@ import (
 // 10 minutes) keeps them: the new watch will not send them again, so it delivers them at release.
 type holds struct {
 	scheme *runtime.Scheme
+	// changed, when set, is asked about every event the watches read past the initial state; a change hold
+	// it returns begins on that event (see Suite.changeHoldAt).
+	changed func(k heldKey, ev watch.Event) *changeHold
 
 	mu        sync.Mutex
 	held      map[heldKey]*heldClaims
@@ -93,8 +96,13 @@ func (h *holds) informer(lw toolscache.ListerWatcher, example runtime.Object, gv
 // when every hold on it was released). The held events are delivered coalesced only when every claim on
 // the object asked for it.
 func (h *holds) hold(kind, namespace, name string, coalesce bool) (release func()) {
-	k := heldKey{kind, namespace, name}
 	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.claim(heldKey{kind, namespace, name}, coalesce)
+}
+
+// claim adds one hold on k and returns its release (hold's). Called with h.mu held.
+func (h *holds) claim(k heldKey, coalesce bool) (release func()) {
 	c := h.held[k]
 	if c == nil {
 		c = &heldClaims{}
@@ -102,7 +110,6 @@ func (h *holds) hold(kind, namespace, name string, coalesce bool) (release func(
 	}
 	c.n++
 	c.ordered = c.ordered || !coalesce
-	h.mu.Unlock()
 	var once sync.Once
 	return func() { once.Do(func() { h.release(k) }) }
 }
@@ -312,14 +319,23 @@ func (w *heldWatch) run() {
 }
 
 // take records ev's resourceVersion and keeps ev when it is an event of a held object; it reports whether
-// ev passes.
+// ev passes. A change hold that begins on ev (holds.changed) holds ev itself, and is told so once h.mu is
+// released.
 func (w *heldWatch) take(ev watch.Event) bool {
+	pass, begun, release := w.takeLocked(ev)
+	if begun != nil {
+		begun.began(release)
+	}
+	return pass
+}
+
+func (w *heldWatch) takeLocked(ev watch.Event) (pass bool, begun *changeHold, release func()) {
 	if ev.Type == watch.Error {
-		return true
+		return true, nil, nil
 	}
 	a, err := meta.Accessor(ev.Object)
 	if err != nil {
-		return true
+		return true, nil, nil
 	}
 	in := w.in
 	in.h.mu.Lock()
@@ -330,24 +346,29 @@ func (w *heldWatch) take(ev watch.Event) bool {
 			w.initial = false
 			in.lastRV = a.GetResourceVersion()
 		}
-		return true
+		return true, nil, nil
 	}
 	in.lastRV = a.GetResourceVersion()
 	if ev.Type == watch.Bookmark {
-		return true
+		return true, nil, nil
 	}
 	k := heldKey{in.kind, a.GetNamespace(), a.GetName()}
+	if in.h.changed != nil {
+		if begun = in.h.changed(k, ev); begun != nil {
+			release = in.h.claim(k, begun.coalesce())
+		}
+	}
 	if in.h.held[k] == nil {
-		return true
+		return true, nil, nil
 	}
 	for _, p := range in.pending[k] {
 		// A watch restarted from an older resourceVersion sends again what the last one held.
 		if pa, err := meta.Accessor(p.Object); err == nil && p.Type == ev.Type && pa.GetResourceVersion() == a.GetResourceVersion() {
-			return false
+			return false, begun, release
 		}
 	}
 	in.pending[k] = append(in.pending[k], ev)
-	return false
+	return false, begun, release
 }
 
 // flush delivers the informer's released events while w is its current watch; false when w was stopped.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/ensembletest/ensemble/suite/perturb"
@@ -36,11 +37,31 @@ type plan struct {
 	pending sync.WaitGroup
 }
 
-// armed is one point of a plan and the number of writes it has counted.
+// armed is one point of a plan and the number of writes or changes it has counted; primed is set when a
+// fault point's change trigger fired and its writer's next write is still to be refused.
 type armed struct {
-	p perturb.Point
-	n int
+	p      perturb.Point
+	n      int
+	primed bool
 }
+
+// changeHold is a stale or coalesce point with a change trigger: the watches of its writer's manager count
+// the changes of its object (as the suite's event stream counts them: a creation, a deletion, an update of
+// a field besides resourceVersion, managedFields and timestamps), and the hold begins on the Change-th, that
+// change held too. Counting in the manager's own watches, not in the stream, makes the held change exact.
+// Guarded by Suite.chmu.
+type changeHold struct {
+	s    *Suite
+	p    perturb.Point
+	pl   *plan
+	key  heldKey
+	n    int
+	last map[string]string
+	rvs  map[string]bool
+	done bool
+}
+
+func (ch *changeHold) coalesce() bool { return ch.p.Mode == perturb.Coalesce }
 
 // firing is a held point that fired: left writes remain before it is released (0: released when quiet).
 type firing struct {
@@ -65,7 +86,7 @@ func (c *Case) Perturb(p perturb.Point) {
 	if err := c.s.checkPoint(p); err != nil {
 		c.t.Fatalf("suite: Perturb(%s): %v", p, err)
 	}
-	c.s.planFor(c.Namespace, true).arm(p)
+	c.s.arm(c.s.planFor(c.Namespace, true), p)
 }
 
 // Release ends every held point of the case now (stale and coalesced views are delivered, external systems
@@ -100,10 +121,111 @@ func (s *Suite) planFor(ns string, create bool) *plan {
 	return pl
 }
 
-func (pl *plan) arm(p perturb.Point) {
+// arm adds p to the plan; a stale or coalesce point with a change trigger is counted by its manager's
+// watches instead (changeHold).
+func (s *Suite) arm(pl *plan, p perturb.Point) {
 	pl.mu.Lock()
 	pl.armed = append(pl.armed, &armed{p: p})
 	pl.mu.Unlock()
+	if p.Change > 0 && (p.Mode == perturb.Stale || p.Mode == perturb.Coalesce) {
+		kind, name, _ := strings.Cut(p.Object, "/")
+		s.chmu.Lock()
+		s.changeHolds = append(s.changeHolds, &changeHold{s: s, p: p, pl: pl, key: heldKey{kind, pl.ns, name}, rvs: map[string]bool{}})
+		s.chmu.Unlock()
+	}
+}
+
+// changeHoldAt counts ev, read by a watch of manager's cache for object k, towards the change holds armed
+// on k for that manager, and returns the one whose trigger it reaches (nil when none): its hold begins on
+// ev. An event counts once whichever of the manager's informers reads it first, and only when it is a
+// change (see changeHold).
+func (s *Suite) changeHoldAt(manager string, k heldKey, ev watch.Event) *changeHold {
+	s.chmu.Lock()
+	defer s.chmu.Unlock()
+	if len(s.changeHolds) == 0 {
+		return nil
+	}
+	obj, ok := ev.Object.(client.Object)
+	if !ok {
+		return nil
+	}
+	var begun *changeHold
+	for _, ch := range s.changeHolds {
+		if ch.done || ch.key != k || ch.p.Manager() != manager || ch.rvs[obj.GetResourceVersion()] {
+			continue
+		}
+		ch.rvs[obj.GetResourceVersion()] = true
+		flat := flatten(obj)
+		changed := ev.Type == watch.Added || ev.Type == watch.Deleted || ch.last == nil || len(diffFlat(ch.last, flat)) > 0
+		ch.last = flat
+		if !changed {
+			continue
+		}
+		if ch.n++; ch.p.Fires(ch.n) && begun == nil {
+			ch.done = true
+			begun = ch
+		}
+	}
+	return begun
+}
+
+// began tells the case's plan that the change hold began, with release ending it; a plan already closed
+// releases it at once.
+func (ch *changeHold) began(release func()) {
+	pl := ch.pl
+	f := &firing{p: ch.p, left: ch.p.For, release: release}
+	pl.mu.Lock()
+	if pl.closed {
+		pl.mu.Unlock()
+		release()
+		return
+	}
+	pl.fired = append(pl.fired, fmt.Sprintf("%s at %s/%s (its change %d, held from then on in %s's cache)", ch.p, ch.key.kind, ch.key.name, ch.n, ch.p.Manager()))
+	pl.held = append(pl.held, f)
+	if f.left == 0 {
+		ch.s.releaseWhenQuiet(pl, f)
+	}
+	pl.mu.Unlock()
+}
+
+// perturbChange counts a change the event stream saw towards the change triggers of its namespace's plan
+// (all modes but stale and coalesce, which their manager's watches count): a fault point primes its
+// writer's next write for refusal, restart restarts the writer's manager now, down and slow begin.
+func (s *Suite) perturbChange(ch Change) {
+	pl := s.planFor(ch.Namespace, false)
+	if pl == nil {
+		return
+	}
+	pl.mu.Lock()
+	if pl.closed {
+		pl.mu.Unlock()
+		return
+	}
+	var restarts []perturb.Point
+	for _, a := range pl.armed {
+		p := a.p
+		if p.Mode == perturb.Stale || p.Mode == perturb.Coalesce || !p.CountsChange(ch.Kind, ch.Name) {
+			continue
+		}
+		if a.n++; !p.Fires(a.n) {
+			continue
+		}
+		pl.fired = append(pl.fired, fmt.Sprintf("%s at %s/%s (its change %d, %s)", p, ch.Kind, ch.Name, a.n, ch.Type))
+		switch {
+		case p.Mode.Fault():
+			a.primed = true
+		case p.Mode == perturb.Restart:
+			restarts = append(restarts, p)
+		default:
+			if f := s.startHeld(pl, p, p.Manager(), ch.Kind, ch.Name); f != nil {
+				pl.held = append(pl.held, f)
+			}
+		}
+	}
+	pl.mu.Unlock()
+	for _, p := range restarts {
+		s.restart(pl, p.Manager(), p)
+	}
 }
 
 // perturbBefore counts w against the points of its namespace before it is sent. It returns the error of a
@@ -131,7 +253,21 @@ func (s *Suite) perturbBefore(w *Write, c client.Client) fired {
 	var out fired
 	writer := w.writer()
 	for _, a := range pl.armed {
-		if w.Manager == caseManager || !a.p.Counts(writer, w.Kind, w.Name) {
+		if w.Manager == caseManager {
+			continue
+		}
+		if a.primed && a.p.Refuses(writer) {
+			a.primed = false
+			pl.fired = append(pl.fired, fmt.Sprintf("%s at %s/%s (%s by %s, its first write after the change)", a.p, w.Kind, w.Name, w.Verb, writer))
+			if w.Point == "" {
+				w.Point = a.p.String()
+			}
+			if out.err == nil {
+				out.err = a.p.Error(groupResource(c, w.Kind), w.Name)
+			}
+			continue
+		}
+		if !a.p.Counts(writer, w.Kind, w.Name) {
 			continue
 		}
 		if a.n++; !a.p.Fires(a.n) {
@@ -150,7 +286,7 @@ func (s *Suite) perturbBefore(w *Write, c client.Client) fired {
 		case p.Mode == perturb.Restart:
 			out.restart = &p
 		default:
-			if f := s.startHeld(pl, p, w); f != nil {
+			if f := s.startHeld(pl, p, w.Manager, w.Kind, w.Name); f != nil {
 				pl.held = append(pl.held, f)
 			}
 		}
@@ -168,40 +304,55 @@ func (s *Suite) perturbAfter(w Write, f fired) {
 	if f.restart == nil || w.Err != nil {
 		return
 	}
-	pl := s.planFor(w.Namespace, false)
+	if pl := s.planFor(w.Namespace, false); pl != nil {
+		s.restart(pl, w.Manager, *f.restart)
+	}
+}
+
+// restart fences manager (its later writes are refused, naming p) and stops and starts it again from its
+// ManagerOptions in the background; the case's cleanup waits for it. Nothing happens once the plan closed.
+func (s *Suite) restart(pl *plan, manager string, p perturb.Point) {
 	s.mu.Lock()
-	m := s.managers[w.Manager]
+	m := s.managers[manager]
 	s.mu.Unlock()
-	if m == nil || pl == nil {
+	if m == nil {
+		pl.addErr(fmt.Sprintf("point %s: manager %s is not running", p, manager))
 		return
 	}
-	m.wm.fence.Store(f.restart)
+	pl.mu.Lock()
+	if pl.closed {
+		pl.mu.Unlock()
+		return
+	}
 	pl.pending.Add(1)
+	pl.mu.Unlock()
+	m.wm.fence.Store(&p)
 	go func() {
 		defer pl.pending.Done()
 		if err := m.Stop(); err != nil {
-			pl.addErr(fmt.Sprintf("point %s: stopping manager %s: %v", f.restart, m.Name, err))
+			pl.addErr(fmt.Sprintf("point %s: stopping manager %s: %v", p, m.Name, err))
 		}
 		if _, err := s.StartManager(m.opts); err != nil {
-			pl.addErr(fmt.Sprintf("point %s: starting manager %s again: %v", f.restart, m.Name, err))
+			pl.addErr(fmt.Sprintf("point %s: starting manager %s again: %v", p, m.Name, err))
 		}
 	}()
 }
 
-// startHeld begins a held point p that fired on w (called with pl.mu held) and returns its firing; nil
-// when it could not begin (the reason is kept for the case's cleanup).
-func (s *Suite) startHeld(pl *plan, p perturb.Point, w *Write) *firing {
+// startHeld begins a held point p that fired on kind/name of the plan's namespace, for manager (called with
+// pl.mu held), and returns its firing; nil when it could not begin (the reason is kept for the case's
+// cleanup).
+func (s *Suite) startHeld(pl *plan, p perturb.Point, manager, kind, name string) *firing {
 	f := &firing{p: p, left: p.For}
 	switch p.Mode {
 	case perturb.Stale, perturb.Coalesce:
 		s.mu.Lock()
-		m := s.managers[w.Manager]
+		m := s.managers[manager]
 		s.mu.Unlock()
 		if m == nil {
-			pl.errs = append(pl.errs, fmt.Sprintf("point %s: manager %s is not running", p, w.Manager))
+			pl.errs = append(pl.errs, fmt.Sprintf("point %s: manager %s is not running", p, manager))
 			return nil
 		}
-		f.release = m.holds.hold(w.Kind, w.Namespace, w.Name, p.Mode == perturb.Coalesce)
+		f.release = m.holds.hold(kind, pl.ns, name, p.Mode == perturb.Coalesce)
 	case perturb.Down, perturb.Slow:
 		ext, err := s.external(p.System)
 		if err != nil {
@@ -217,17 +368,23 @@ func (s *Suite) startHeld(pl *plan, p perturb.Point, w *Write) *firing {
 		}
 	}
 	if p.For == 0 {
-		pl.pending.Add(1)
-		go func() {
-			defer pl.pending.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), quietReleaseMax)
-			defer cancel()
-			// Quiet or not within quietReleaseMax, the point ends: a lasting hold would only stall the case.
-			_, _ = s.waitQuiescent(ctx, pl.ns, time.Now(), quietRelease, quietReleaseMax)
-			pl.release(f)
-		}()
+		s.releaseWhenQuiet(pl, f)
 	}
 	return f
+}
+
+// releaseWhenQuiet releases f once the plan's namespace is quiet for quietRelease, or after
+// quietReleaseMax (called with pl.mu held, the plan not closed).
+func (s *Suite) releaseWhenQuiet(pl *plan, f *firing) {
+	pl.pending.Add(1)
+	go func() {
+		defer pl.pending.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), quietReleaseMax)
+		defer cancel()
+		// Quiet or not within quietReleaseMax, the point ends: a lasting hold would only stall the case.
+		_, _ = s.waitQuiescent(ctx, pl.ns, time.Now(), quietRelease, quietReleaseMax)
+		pl.release(f)
+	}()
 }
 
 // release ends one firing (once).
@@ -266,6 +423,9 @@ func (c *Case) endPerturbation() (points, firedAt, errs []string) {
 	pl.mu.Lock()
 	pl.closed = true
 	pl.mu.Unlock()
+	c.s.chmu.Lock()
+	c.s.changeHolds = slices.DeleteFunc(c.s.changeHolds, func(ch *changeHold) bool { return ch.pl == pl })
+	c.s.chmu.Unlock()
 	pl.releaseAll()
 	pl.pending.Wait()
 	c.s.pmu.Lock()
@@ -288,6 +448,10 @@ func (c *Case) reportPoints(points, firedAt []string) {
 	lines := append([]string(nil), firedAt...)
 	for _, p := range points {
 		if !slices.ContainsFunc(firedAt, func(f string) bool { return strings.HasPrefix(f, p+" at ") }) {
+			if pt, err := perturb.Parse(p); err == nil && pt.Change > 0 {
+				lines = append(lines, p+" never fired: its object did not change that often (stale and coalesce count the changes the writer's manager's cache watches: does it watch that kind?)")
+				continue
+			}
 			lines = append(lines, p+" never fired: no write of its writer reached its trigger (is the writer manager or manager/controller as the writes name it?)")
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -80,16 +81,7 @@ func testPerturbation(t *testing.T, s *Suite) {
 			t.Fatal(err)
 		}
 		NewWithT(t).Eventually(seen(c, "s")).WithTimeout(10 * time.Second).Should(Equal("yes"))
-		s.mu.Lock()
-		m := s.managers["op"]
-		s.mu.Unlock()
-		cached := func() string {
-			got := &corev1.ConfigMap{}
-			if err := m.mgr.GetCache().Get(t.Context(), client.ObjectKey{Namespace: c.Namespace, Name: "s"}, got); err != nil {
-				return err.Error()
-			}
-			return got.Data["seen"]
-		}
+		cached := cachedSeen(t, s, c, "s")
 		// The hold began before the marker's write was sent and lasts one more write in the namespace.
 		if got := cached(); got != "" {
 			t.Fatalf("the manager's cache reads seen=%q during the hold, want the object as it was before the write", got)
@@ -98,6 +90,59 @@ func testPerturbation(t *testing.T, s *Suite) {
 			t.Fatal(err)
 		}
 		NewWithT(t).Eventually(cached).WithTimeout(10 * time.Second).Should(Equal("yes"))
+	})
+	t.Run("change triggers", func(t *testing.T) {
+		c := s.NewCase(t)
+		// The case's creation of cc is its first change: the marker's next write is refused.
+		c.Perturb(perturb.Point{Mode: perturb.Conflict, Writer: "op/configmap", Object: "ConfigMap/cc", Change: 1})
+		// The marker's write of cs is its second change: op's cache holds it until one more write.
+		c.Perturb(perturb.Point{Mode: perturb.Stale, Writer: "op", Object: "ConfigMap/cs", Change: 2, For: 1})
+		if err := c.Create(cm("cc", false)); err != nil {
+			t.Fatal(err)
+		}
+		NewWithT(t).Eventually(seen(c, "cc")).WithTimeout(10 * time.Second).Should(Equal("yes"))
+		ws := c.Writes(WriteFilter{Manager: "op", Name: "cc"})
+		if len(ws) < 2 || !apierrors.IsConflict(ws[0].Err) || ws[0].Point != "conflict@op/configmap:ConfigMap/cc^1" || ws[1].Err != nil {
+			t.Fatalf("writes %v: want the marker's first write after cc's creation refused by the change point, the retry through", ws)
+		}
+		cached := cachedSeen(t, s, c, "cs")
+		if err := c.Create(cm("cs", false)); err != nil {
+			t.Fatal(err)
+		}
+		NewWithT(t).Eventually(seen(c, "cs")).WithTimeout(10 * time.Second).Should(Equal("yes"))
+		NewWithT(t).Eventually(cached).WithTimeout(10 * time.Second).Should(Equal(""), "op's cache has cs, without the marker's write")
+		if got := cached(); got != "" {
+			t.Fatalf("op's cache reads seen=%q, want the marker's write (cs's second change) held", got)
+		}
+		if err := c.Create(cm("after", false)); err != nil {
+			t.Fatal(err)
+		}
+		NewWithT(t).Eventually(cached).WithTimeout(10 * time.Second).Should(Equal("yes"))
+		points, firedAt, errs := c.endPerturbation()
+		if len(points) != 2 || len(errs) != 0 || !slices.ContainsFunc(firedAt, func(f string) bool {
+			return strings.HasPrefix(f, "stale@op:ConfigMap/cs^2+1 at ConfigMap/cs (its change 2")
+		}) {
+			t.Fatalf("points %v fired %v errors %v", points, firedAt, errs)
+		}
+	})
+	t.Run("restart on a change", func(t *testing.T) {
+		c := s.NewCase(t)
+		s.mu.Lock()
+		old := s.managers["op"]
+		s.mu.Unlock()
+		c.Perturb(perturb.Point{Mode: perturb.Restart, Writer: "op", Object: "ConfigMap/cr", Change: 1})
+		if err := c.Create(cm("cr", false)); err != nil {
+			t.Fatal(err)
+		}
+		NewWithT(t).Eventually(func() *Manager {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return s.managers["op"]
+		}).WithTimeout(20 * time.Second).ShouldNot(Or(BeNil(), BeIdenticalTo(old)))
+		if f := old.wm.fence.Load(); f == nil || f.String() != "restart@op:ConfigMap/cr^1" {
+			t.Fatalf("the stopped instance's fence is %v, want the change point", f)
+		}
+		NewWithT(t).Eventually(seen(c, "cr")).WithTimeout(10 * time.Second).Should(Equal("yes"))
 	})
 	t.Run("record and differential oracle", func(t *testing.T) {
 		dir := t.TempDir()
@@ -128,7 +173,8 @@ func testPerturbation(t *testing.T, s *Suite) {
 			t.Fatal(err)
 		}
 		if r.Spec != "differential" || r.EndState["ConfigMap/x"]["data.k"] != "v" || r.EndState["ConfigMap/x"]["data.seen"] != "yes" ||
-			len(r.Writes) == 0 || r.Writes[0] != (perturb.RecordWrite{Writer: "op/configmap", Object: "ConfigMap/x", Verb: "patch"}) {
+			len(r.Writes) == 0 || r.Writes[0] != (perturb.RecordWrite{Writer: "op/configmap", Object: "ConfigMap/x", Verb: "patch"}) ||
+			r.Changes["ConfigMap/x"] != 2 || !slices.Contains(r.Watches["op"], "ConfigMap") {
 			t.Fatalf("record %s", b)
 		}
 		s.exploreDir = ""
@@ -154,4 +200,19 @@ func testPerturbation(t *testing.T, s *Suite) {
 			t.Fatalf("an allowed difference: errors %q reports %q, want no failure and the reason reported", p.errors, p.reports)
 		}
 	})
+}
+
+// cachedSeen reads data.seen of the case's ConfigMap name from the op manager's cache (the error's text when
+// it has none).
+func cachedSeen(t *testing.T, s *Suite, c *Case, name string) func() string {
+	s.mu.Lock()
+	m := s.managers["op"]
+	s.mu.Unlock()
+	return func() string {
+		got := &corev1.ConfigMap{}
+		if err := m.mgr.GetCache().Get(t.Context(), client.ObjectKey{Namespace: c.Namespace, Name: name}, got); err != nil {
+			return err.Error()
+		}
+		return got.Data["seen"]
+	}
 }

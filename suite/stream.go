@@ -69,6 +69,8 @@ type stream struct {
 	last   map[string]map[string]string
 	notify *broadcast
 	scheme *runtime.Scheme
+	// onChange, when set, is called with each change kept, outside mu (the change triggers of points).
+	onChange func(Change)
 }
 
 func newStream(scheme *runtime.Scheme, notify *broadcast) *stream {
@@ -130,9 +132,13 @@ func (st *stream) observe(kind string, typ ChangeType, o any) {
 			typ = Added
 		}
 	}
-	st.log = append(st.log, Change{Seq: int64(len(st.log) + 1), Time: time.Now(), Type: typ, Kind: kind,
-		Namespace: obj.GetNamespace(), Name: obj.GetName(), ResourceVersion: obj.GetResourceVersion(), Fields: fields})
+	ch := Change{Seq: int64(len(st.log) + 1), Time: time.Now(), Type: typ, Kind: kind,
+		Namespace: obj.GetNamespace(), Name: obj.GetName(), ResourceVersion: obj.GetResourceVersion(), Fields: fields}
+	st.log = append(st.log, ch)
 	st.mu.Unlock()
+	if st.onChange != nil {
+		st.onChange(ch)
+	}
 	st.notify.signal()
 }
 

@@ -1,7 +1,7 @@
 // Package perturb names the perturbation points ensemble can set on a case: an API fault answered to a chosen
 // write, a manager restarted right after one, a manager's stale or coalesced view of an object, an external
-// system down or slow. A point is triggered by writes, never by wall time, so a rerun sets it at the same
-// place. Parse and Point.String are inverses, so a point travels as one string: in ENSEMBLE_PERTURB, in make
+// system down or slow. A point is triggered by writes or by changes, never by wall time, so a rerun sets it
+// at the same place. Parse and Point.String are inverses, so a point travels as one string: in ENSEMBLE_PERTURB, in make
 // explore's table and in the command that reruns it. See docs/architecture.md §3 Perturbation.
 package perturb
 
@@ -60,8 +60,12 @@ func (m Mode) Held() bool {
 	return m == Stale || m == Coalesce || m == Down || m == Slow
 }
 
-// Point is one perturbation. Its trigger is a write: the writes of Writer (on Object, when set) in the case's
-// namespace are counted from 1, and the point fires on the Nth, on every Every-th, or on a Rate of them.
+// Point is one perturbation. Its trigger is a write or a change. A write trigger counts the writes of Writer
+// (on Object, when set) in the case's namespace from 1 and fires on the Nth, on every Every-th, or on a Rate
+// of them. A change trigger (Change) counts the changes of Object, whoever made them, and fires on the
+// Change-th: a fault mode then refuses Writer's next write, restart restarts Writer's manager at once, stale
+// and coalesce hold Object from Writer's manager's cache from that change on (the change included), down and
+// slow begin there.
 type Point struct {
 	// Mode is what happens when the point fires.
 	Mode Mode
@@ -71,19 +75,26 @@ type Point struct {
 	// Writer is the manager ("multigres") or the controller ("multigres/multigres-shard") whose writes count.
 	Writer string
 	// Object narrows the counted writes to one object of the case's namespace, "Kind/name"; empty counts all.
+	// A change trigger names the object whose changes it counts here (required).
 	Object string
-	// Exactly one of Nth (the Nth counted write, from 1), Every (every Every-th) and Rate (a fraction in
-	// (0, 1] of the counted writes, picked by a hash of their number, so a rerun picks the same ones) is set.
+	// Exactly one of Nth (the Nth counted write, from 1), Every (every Every-th), Rate (a fraction in (0, 1]
+	// of the counted writes, picked by a hash of their number, so a rerun picks the same ones) and Change
+	// (the Change-th change of Object, from 1: its creation, when the case saw it, is the first) is set. A
+	// change is one the suite's event stream records: a creation, a deletion, or an update that changed a
+	// field other than resourceVersion, managedFields and timestamps.
 	Nth, Every int
 	Rate       float64
+	Change     int
 	// For releases a held mode after this many further writes in the case's namespace (any writer); 0 holds
 	// it until the namespace is otherwise quiet, until Case.Release, or until the case's cleanup begins.
 	For int
 }
 
-// Fires reports whether the point fires on the n-th counted write (from 1).
+// Fires reports whether the point fires on the n-th counted write or change (from 1).
 func (p Point) Fires(n int) bool {
 	switch {
+	case p.Change > 0:
+		return n == p.Change
 	case p.Nth > 0:
 		return n == p.Nth
 	case p.Every > 0:
@@ -97,12 +108,34 @@ func (p Point) Fires(n int) bool {
 }
 
 // Counts reports whether a write by writer ("manager/controller", or the manager alone outside a pass) on
-// kind/name is one the point counts.
+// kind/name is one the point counts: a write trigger's, by Writer on Object. A change trigger counts no
+// write (see CountsChange and Refuses).
 func (p Point) Counts(writer, kind, name string) bool {
-	if writer != p.Writer && !strings.HasPrefix(writer, p.Writer+"/") {
+	if p.Change > 0 || !p.writes(writer) {
 		return false
 	}
 	return p.Object == "" || p.Object == kind+"/"+name
+}
+
+// CountsChange reports whether a change of kind/name is one a change trigger counts.
+func (p Point) CountsChange(kind, name string) bool {
+	return p.Change > 0 && p.Object == kind+"/"+name
+}
+
+// Refuses reports whether a fault point whose change trigger fired refuses a write by writer: any write of
+// Writer, on any object.
+func (p Point) Refuses(writer string) bool {
+	return p.Change > 0 && p.Mode.Fault() && p.writes(writer)
+}
+
+// Manager is the manager part of Writer ("multigres" of "multigres/multigres-shard").
+func (p Point) Manager() string {
+	m, _, _ := strings.Cut(p.Writer, "/")
+	return m
+}
+
+func (p Point) writes(writer string) bool {
+	return writer == p.Writer || strings.HasPrefix(writer, p.Writer+"/")
 }
 
 // Error is the API error a fault point answers a write on resource/name with; nil for a mode that is no
@@ -124,10 +157,11 @@ func (p Point) Error(resource schema.GroupResource, name string) error {
 
 // String renders the point in the form Parse reads:
 //
-//	mode[(system[,latency])]@writer[:Kind/name](#n|%n|~rate)[+for]
+//	mode[(system[,latency])]@writer[:Kind/name](#n|%n|~rate|^n)[+for]
 //
 // for example "conflict@multigres/multigres-shard:Shard/mg-db-tg-0#3", "restart@matrixone#5",
-// "stale@multigres/multigres-shard:Pod/mg-db-tg-0-pool-0#1+4" and "slow(hakeeper,200ms)@matrixone%2".
+// "stale@multigres/multigres-shard:Pod/mg-db-tg-0-pool-0#1+4", "slow(hakeeper,200ms)@matrixone%2" and
+// "coalesce@multigres/multigres-shard:Pod/mg-db-tg-0-pool-0^3" (from the pod's third change).
 func (p Point) String() string {
 	var b strings.Builder
 	b.WriteString(string(p.Mode))
@@ -149,6 +183,8 @@ func (p Point) String() string {
 		b.WriteString("%" + strconv.Itoa(p.Every))
 	case p.Rate > 0:
 		b.WriteString("~" + strconv.FormatFloat(p.Rate, 'g', -1, 64))
+	case p.Change > 0:
+		b.WriteString("^" + strconv.Itoa(p.Change))
 	}
 	if p.For > 0 {
 		b.WriteString("+" + strconv.Itoa(p.For))
@@ -157,12 +193,12 @@ func (p Point) String() string {
 }
 
 // grammar is repeated in Parse's errors, so a typo is answered with the form to use.
-const grammar = "mode[(system[,latency])]@writer[:Kind/name](#n|%n|~rate)[+for], e.g. conflict@multigres/multigres-shard#3"
+const grammar = "mode[(system[,latency])]@writer[:Kind/name](#n|%n|~rate|^n)[+for], e.g. conflict@multigres/multigres-shard#3"
 
 // Parse reads a point written as Point.String writes it. Errors: an unknown mode, a system on a mode that
 // takes none (or none on Down and Slow), a latency that is not a positive duration, an empty writer, an
 // object that is not Kind/name, no trigger or a malformed one (n and for are positive integers, rate in
-// (0, 1]), For on a mode that is not held. Each error names the part and the form to use.
+// (0, 1]), a change trigger without an object, For on a mode that is not held. Each error names the part and the form to use.
 func Parse(s string) (Point, error) {
 	fail := func(format string, args ...any) (Point, error) {
 		return Point{}, fmt.Errorf("perturb: point %q: %s (the form is %s)", s, fmt.Sprintf(format, args...), grammar)
@@ -201,9 +237,9 @@ func Parse(s string) (Point, error) {
 	case p.Mode == Down && p.Latency != 0:
 		return fail("mode down takes no latency")
 	}
-	i := strings.IndexAny(rest, "#%~")
+	i := strings.IndexAny(rest, "#%~^")
 	if i < 0 {
-		return fail("no trigger: end the writer with #n (the n-th write), %%n (every n-th) or ~rate")
+		return fail("no trigger: end the writer with #n (the n-th write), %%n (every n-th), ~rate or, after Kind/name, ^n (the object's n-th change)")
 	}
 	who, trig := rest[:i], rest[i:]
 	p.Writer, p.Object, _ = strings.Cut(who, ":")
@@ -227,15 +263,21 @@ func Parse(s string) (Point, error) {
 		p.For = n
 	}
 	switch trig[0] {
-	case '#', '%':
+	case '#', '%', '^':
 		n, err := strconv.Atoi(trig[1:])
 		if err != nil || n <= 0 {
 			return fail("trigger %q is not %c and a positive number", trig, trig[0])
 		}
-		if trig[0] == '#' {
+		switch trig[0] {
+		case '#':
 			p.Nth = n
-		} else {
+		case '%':
 			p.Every = n
+		default:
+			if p.Object == "" {
+				return fail("a change trigger ^%d counts the changes of one object: name it, as %s:Kind/name^%d", n, p.Writer, n)
+			}
+			p.Change = n
 		}
 	case '~':
 		r, err := strconv.ParseFloat(trig[1:], 64)

@@ -21,6 +21,9 @@ func TestParseReadsWhatStringWrites(t *testing.T) {
 		"coalesce@matrixone/cnclaim#2",
 		"down(pooler)@multigres/multigres-shard#2+10",
 		"slow(hakeeper,200ms)@matrixone%2",
+		"coalesce@multigres/multigres-shard:Pod/mg-db-tg-0-pool-0^3",
+		"restart@dataplane:Pod/mg-db-tg-0-pool-0^2",
+		"stale@multigres:Shard/mg-db-tg-0^1+5",
 	} {
 		p, err := Parse(s)
 		if err != nil {
@@ -55,6 +58,8 @@ func TestParseNamesWhatIsWrong(t *testing.T) {
 		"conflict@multigres~1.5":        "fraction in (0, 1]",
 		"conflict@multigres#3+2":        "applies to the held modes",
 		"stale@multigres#3+0":           "positive count",
+		"stale@multigres^2":             "counts the changes of one object: name it",
+		"stale@multigres:Pod/p^0":       "positive number",
 	} {
 		_, err := Parse(s)
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "the form is") {
@@ -98,6 +103,16 @@ func TestFiresAndCounts(t *testing.T) {
 	obj := Point{Mode: Conflict, Writer: "m", Object: "Shard/a", Nth: 1}
 	if !obj.Counts("m/c", "Shard", "a") || obj.Counts("m/c", "Shard", "b") {
 		t.Error("an object narrows the counted writes to it")
+	}
+	change := Point{Mode: Conflict, Writer: "m/c", Object: "Pod/p", Change: 2}
+	if change.Counts("m/c", "Pod", "p") || !change.CountsChange("Pod", "p") || change.CountsChange("Pod", "q") || obj.CountsChange("Shard", "a") {
+		t.Error("a change trigger counts the changes of its object and no write; a write trigger no change")
+	}
+	if !change.Fires(2) || change.Fires(3) || !change.Refuses("m/c") || change.Refuses("m/d") || obj.Refuses("m/c") {
+		t.Error("a fired change trigger of a fault mode refuses its writer's writes, on any object")
+	}
+	if change.Manager() != "m" || every.Manager() != "m" {
+		t.Error("Manager is the part of Writer before the '/'")
 	}
 }
 

@@ -90,13 +90,17 @@ type SpecPoint struct {
 	Spec  string
 	Point perturb.Point
 	// Writes is how many writes the point's writer made on its object in the unperturbed run (the largest
-	// Nth the enumeration made for the pair); 0 for a point given with -points.
+	// Nth the enumeration made for the pair), or for a change trigger how many changes its object had (the
+	// largest Change); 0 for a point given with -points.
 	Writes int
 }
 
+// trigger is p's count: its Nth write or its Change-th change (0 for the other triggers).
+func trigger(p perturb.Point) int { return max(p.Nth, p.Change) }
+
 // Enumeration is every point the unperturbed records allow, in enumeration order: specs by name, writers and
 // their objects in the order of their first write, then modes in -modes' order (down and slow once per
-// external system), then the write's number k = 1..n.
+// external system), then the write's number k = 1..n; then each spec's change triggers (see enumerate).
 type Enumeration struct {
 	Points []SpecPoint
 	// Unparsable are the (writer, object) pairs whose points Parse would not read back (a writer with more
@@ -120,6 +124,11 @@ type pair struct {
 // one spec (one per case it made) are merged: a pair's n is its largest count in any of them, and the
 // externals are their union. second are the records of another unperturbed run (nil: none): a pair gets
 // points only when that run wrote its object too, k up to the smaller of the two runs' counts.
+//
+// Then the change triggers, for the modes among -modes that act on a manager's view (restart, stale,
+// coalesce): each object whose changes both runs saw (objects sorted by name, k = 1..the smaller count),
+// for each manager that wrote in the spec (in the order of its first write): restart at the object's k-th
+// change, and stale and coalesce from it when the manager's cache watches the object's kind.
 func enumerate(records, second []perturb.Record, modes []perturb.Mode) Enumeration {
 	var e Enumeration
 	for _, spec := range specNames(records) {
@@ -169,8 +178,84 @@ func enumerate(records, second []perturb.Record, modes []perturb.Mode) Enumerati
 				}
 			}
 		}
+		e.changePoints(spec, records, second, writers, modes)
 	}
 	return e
+}
+
+// changePoints adds spec's change-triggered points (see enumerate) for the managers of writers.
+func (e *Enumeration) changePoints(spec string, records, second []perturb.Record, writers []string, modes []perturb.Mode) {
+	changes, watches := changesOf(records, spec)
+	var again map[string]int
+	if second != nil {
+		again, _ = changesOf(second, spec)
+	}
+	var managers []string
+	for _, w := range writers {
+		m, _, _ := strings.Cut(w, "/")
+		if !slices.Contains(managers, m) {
+			managers = append(managers, m)
+		}
+	}
+	objects := make([]string, 0, len(changes))
+	for obj := range changes {
+		objects = append(objects, obj)
+	}
+	slices.Sort(objects)
+	for _, obj := range objects {
+		n := changes[obj]
+		if second != nil {
+			m, ok := again[obj]
+			if !ok {
+				e.Unstable = append(e.Unstable, fmt.Sprintf("%s: the changes of %s", spec, obj))
+				continue
+			}
+			n = min(n, m)
+		}
+		kind, _, _ := strings.Cut(obj, "/")
+		for _, mgr := range managers {
+			for _, m := range modes {
+				if m != perturb.Restart && m != perturb.Stale && m != perturb.Coalesce {
+					continue
+				}
+				if m != perturb.Restart && !slices.Contains(watches[mgr], kind) {
+					continue
+				}
+				probe := perturb.Point{Mode: m, Writer: mgr, Object: obj, Change: 1}
+				if _, err := perturb.Parse(probe.String()); err != nil {
+					e.Unparsable = append(e.Unparsable, fmt.Sprintf("%s: %s on the changes of %s", spec, mgr, obj))
+					continue
+				}
+				for k := 1; k <= n; k++ {
+					pt := probe
+					pt.Change = k
+					e.Points = append(e.Points, SpecPoint{Spec: spec, Point: pt, Writes: n})
+				}
+			}
+		}
+	}
+}
+
+// changesOf merges the change counts of spec's records (each object's largest) and the kinds each manager
+// watches (their union).
+func changesOf(records []perturb.Record, spec string) (changes map[string]int, watches map[string][]string) {
+	changes, watches = map[string]int{}, map[string][]string{}
+	for _, r := range records {
+		if r.Spec != spec {
+			continue
+		}
+		for obj, n := range r.Changes {
+			changes[obj] = max(changes[obj], n)
+		}
+		for m, kinds := range r.Watches {
+			for _, k := range kinds {
+				if !slices.Contains(watches[m], k) {
+					watches[m] = append(watches[m], k)
+				}
+			}
+		}
+	}
+	return changes, watches
 }
 
 // specNames are the records' specs, each once, sorted.
@@ -222,12 +307,17 @@ func systems(m perturb.Mode, externals []string) []string {
 	return []string{""}
 }
 
-// modeKey is a point's mode as the sampling spreads it: down and slow once per external system.
+// modeKey is a point's mode as the sampling spreads it: down and slow once per external system, a mode on
+// a change trigger apart from the same mode on a write ("stale^").
 func modeKey(p perturb.Point) string {
+	k := string(p.Mode)
 	if p.System != "" {
-		return string(p.Mode) + "(" + p.System + ")"
+		k += "(" + p.System + ")"
 	}
-	return string(p.Mode)
+	if p.Change > 0 {
+		k += "^"
+	}
+	return k
 }
 
 // sampler hands out an enumeration's points in the order a budget takes them: each next point is the one
@@ -273,11 +363,11 @@ func newSampler(points []SpecPoint) *sampler {
 			}
 			s.keys[i][l] = id
 		}
-		n := max(sp.Writes, p.Nth)
+		n := max(sp.Writes, trigger(p))
 		if prefs[n] == nil {
 			prefs[n] = preference(n)
 		}
-		s.rank[i] = prefs[n][p.Nth]
+		s.rank[i] = prefs[n][trigger(p)]
 		s.left = append(s.left, i)
 	}
 	return s

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -431,5 +432,44 @@ func TestCheckRefusesBadInput(t *testing.T) {
 	if p, err := check(config{focus: "x", modes: "all", budget: "5m", points: "conflict@op#1; restart@op#2", repeat: 1, jobs: 1}); err != nil ||
 		len(p.points) != 2 || p.budget.Time != 5*time.Minute {
 		t.Errorf("check = %+v, %v", p, err)
+	}
+}
+
+func TestEnumerateChangeTriggers(t *testing.T) {
+	rec := func(podChanges int) perturb.Record {
+		return perturb.Record{Spec: "s", Writes: writes("op/shard Shard/s", "kubelet Pod/p"),
+			Changes: map[string]int{"Shard/s": 1, "Pod/p": podChanges, "Pod/gone-abc": 1},
+			Watches: map[string][]string{"op": {"Pod", "Shard"}, "kubelet": {"Pod"}}}
+	}
+	again := rec(3)
+	delete(again.Changes, "Pod/gone-abc")
+	e := enumerate([]perturb.Record{rec(2)}, []perturb.Record{again}, []perturb.Mode{perturb.Conflict, perturb.Stale, perturb.Restart})
+	var got []string
+	for _, s := range strs(e.Points) {
+		if strings.Contains(s, "^") {
+			got = append(got, s)
+		}
+	}
+	// Pod/p changed twice in one run and 3 times in the other: k = 1, 2. The kubelet's cache watches no Shard,
+	// so it gets no stale point on one; no conflict point is made on a change; Pod/gone-abc is not in the
+	// other run.
+	want := []string{
+		"s | stale@op:Pod/p^1", "s | stale@op:Pod/p^2", "s | restart@op:Pod/p^1", "s | restart@op:Pod/p^2",
+		"s | stale@kubelet:Pod/p^1", "s | stale@kubelet:Pod/p^2", "s | restart@kubelet:Pod/p^1", "s | restart@kubelet:Pod/p^2",
+		"s | stale@op:Shard/s^1", "s | restart@op:Shard/s^1", "s | restart@kubelet:Shard/s^1",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("change points =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if !slices.Contains(e.Unstable, "s: the changes of Pod/gone-abc") {
+		t.Errorf("Unstable = %q, want the object only one run saw", e.Unstable)
+	}
+	for _, sp := range e.Points {
+		if back, err := perturb.Parse(sp.Point.String()); err != nil || back != sp.Point {
+			t.Errorf("%s does not read back: %+v, %v", sp.Point, back, err)
+		}
+	}
+	if modeKey(perturb.Point{Mode: perturb.Stale, Change: 1}) == modeKey(perturb.Point{Mode: perturb.Stale, Nth: 1}) {
+		t.Error("the sampler must spread a mode on changes apart from the same mode on writes")
 	}
 }
