@@ -31,6 +31,8 @@ type plan struct {
 	armed  []*armed
 	held   []*firing
 	fired  []string
+	// firedAt is when each of fired happened, for the case's timeline.
+	firedAt []time.Time
 	errs   []string
 	closed bool
 	// pending are restarts and releases still running; the case's cleanup waits for them.
@@ -180,7 +182,7 @@ func (ch *changeHold) began(release func()) {
 		release()
 		return
 	}
-	pl.fired = append(pl.fired, fmt.Sprintf("%s at %s/%s (its change %d, held from then on in %s's cache)", ch.p, ch.key.kind, ch.key.name, ch.n, ch.p.Manager()))
+	pl.note(fmt.Sprintf("%s at %s/%s (its change %d, held from then on in %s's cache)", ch.p, ch.key.kind, ch.key.name, ch.n, ch.p.Manager()))
 	pl.held = append(pl.held, f)
 	if f.left == 0 {
 		ch.s.releaseWhenQuiet(pl, f)
@@ -210,7 +212,7 @@ func (s *Suite) perturbChange(ch Change) {
 		if a.n++; !p.Fires(a.n) {
 			continue
 		}
-		pl.fired = append(pl.fired, fmt.Sprintf("%s at %s/%s (its change %d, %s)", p, ch.Kind, ch.Name, a.n, ch.Type))
+		pl.note(fmt.Sprintf("%s at %s/%s (its change %d, %s)", p, ch.Kind, ch.Name, a.n, ch.Type))
 		switch {
 		case p.Mode.Fault():
 			a.primed = true
@@ -258,7 +260,7 @@ func (s *Suite) perturbBefore(w *Write, c client.Client) fired {
 		}
 		if a.primed && a.p.Refuses(writer) {
 			a.primed = false
-			pl.fired = append(pl.fired, fmt.Sprintf("%s at %s/%s (%s by %s, its first write after the change)", a.p, w.Kind, w.Name, w.Verb, writer))
+			pl.note(fmt.Sprintf("%s at %s/%s (%s by %s, its first write after the change)", a.p, w.Kind, w.Name, w.Verb, writer))
 			if w.Point == "" {
 				w.Point = a.p.String()
 			}
@@ -274,7 +276,7 @@ func (s *Suite) perturbBefore(w *Write, c client.Client) fired {
 			continue
 		}
 		p := a.p
-		pl.fired = append(pl.fired, fmt.Sprintf("%s at %s/%s (%s by %s)", p, w.Kind, w.Name, w.Verb, writer))
+		pl.note(fmt.Sprintf("%s at %s/%s (%s by %s)", p, w.Kind, w.Name, w.Verb, writer))
 		if w.Point == "" {
 			w.Point = p.String()
 		}
@@ -406,6 +408,12 @@ func (pl *plan) releaseAll() {
 	}
 }
 
+// note keeps where a point fired, now (called with pl.mu held).
+func (pl *plan) note(what string) {
+	pl.fired = append(pl.fired, what)
+	pl.firedAt = append(pl.firedAt, time.Now())
+}
+
 func (pl *plan) addErr(e string) {
 	pl.mu.Lock()
 	pl.errs = append(pl.errs, e)
@@ -413,7 +421,7 @@ func (pl *plan) addErr(e string) {
 }
 
 // endPerturbation closes the case's plan at its cleanup: no point fires any more, everything held is
-// released and the restarts under way finish. It returns what fired and the points' own failures (a
+// released and the restarts under way finish; each firing becomes a mark on the case's timeline. It returns what fired and the points' own failures (a
 // manager that could not be restarted).
 func (c *Case) endPerturbation() (points, firedAt, errs []string) {
 	pl := c.s.planFor(c.Namespace, false)
@@ -435,6 +443,9 @@ func (c *Case) endPerturbation() (points, firedAt, errs []string) {
 	defer pl.mu.Unlock()
 	for _, a := range pl.armed {
 		points = append(points, a.p.String())
+	}
+	for i, what := range pl.fired {
+		c.markPoint(pl.firedAt[i], what)
 	}
 	return points, pl.fired, pl.errs
 }

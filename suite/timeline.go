@@ -1,6 +1,7 @@
 package suite
 
 import (
+	"slices"
 	"bytes"
 	_ "embed"
 	"encoding/json"
@@ -15,11 +16,12 @@ import (
 	"time"
 )
 
-// mark is a failure a case noted: an assertion, oracle, invariant or script step that failed. The timeline
-// draws it across every lane at At, labelled What.
+// mark is a failure a case noted (an assertion, oracle, invariant or script step that failed) or, with
+// Point set, a perturbation point that fired. The timeline draws it across every lane at At, labelled What.
 type mark struct {
-	At   time.Time
-	What string
+	At    time.Time
+	What  string
+	Point bool
 }
 
 // mark notes a failure of the case now, for its timeline.
@@ -38,13 +40,21 @@ func (c *Case) markAt(at time.Time, what string) {
 	c.marks = append(c.marks, mark{At: at, What: what})
 }
 
-// failureMarks returns the case's marks; when the spec failed without noting any, one mark at `at` says so.
+// markPoint notes that a perturbation point fired at `at` (what: where, as the case's report names it).
+func (c *Case) markPoint(at time.Time, what string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.marks = append(c.marks, mark{At: at, What: what, Point: true})
+}
+
+// failureMarks returns the case's marks; when the spec failed without noting a failure, one mark at `at`
+// says so.
 func (c *Case) failureMarks(at time.Time) []mark {
 	c.mu.Lock()
 	marks := append([]mark(nil), c.marks...)
 	c.mu.Unlock()
-	if len(marks) == 0 && c.t.Failed() {
-		marks = []mark{{At: at, What: "the spec failed (see its report)"}}
+	if c.t.Failed() && !slices.ContainsFunc(marks, func(m mark) bool { return !m.Point }) {
+		marks = append(marks, mark{At: at, What: "the spec failed (see its report)"})
 	}
 	return marks
 }
@@ -390,7 +400,11 @@ func (tl *timeline) trace() ([]byte, error) {
 		}
 	}
 	for _, m := range tl.marks {
-		ev = append(ev, traceEvent{Name: firstLine(m.What, 200), Cat: "failure", Ph: "i", S: "g", Ts: micros(tl.offset(m.At)), Pid: 1, Args: map[string]string{"failure": m.What}})
+		cat := "failure"
+		if m.Point {
+			cat = "point"
+		}
+		ev = append(ev, traceEvent{Name: firstLine(m.What, 200), Cat: cat, Ph: "i", S: "g", Ts: micros(tl.offset(m.At)), Pid: 1, Args: map[string]string{cat: m.What}})
 	}
 	return json.MarshalIndent(struct {
 		TraceEvents     []traceEvent `json:"traceEvents"`
@@ -445,6 +459,8 @@ type (
 		// Top is the label's offset in pixels: one row per failure, in time order.
 		Top   int
 		Right bool
+		// Point is a fired perturbation point's mark, not a failure's.
+		Point bool
 	}
 )
 
@@ -457,7 +473,12 @@ func (tl *timeline) html() ([]byte, error) {
 	span += span / 50 // room after the last event
 	pct := func(t time.Time) float64 { return 100 * float64(tl.offset(t)) / float64(span) }
 	d := pageData{Spec: tl.spec, Namespace: tl.ns, Start: tl.since.Format("2006-01-02 15:04:05.000 MST"), Span: ms(tl.end.Sub(tl.since))}
-	var nw, nr, np, ng, nc int
+	var nw, nr, np, ng, nc, npoints int
+	for _, m := range tl.marks {
+		if m.Point {
+			npoints++
+		}
+	}
 	for _, l := range tl.lanes {
 		pl := pageLane{Name: l.name}
 		for _, p := range l.passes {
@@ -487,7 +508,10 @@ func (tl *timeline) html() ([]byte, error) {
 		d.Lanes = append(d.Lanes, pl)
 	}
 	d.Counts = fmt.Sprintf("%s, %d rejected, %s, %d gated, %s, %s", count(nw, "write"), nr, count(np, "pass"), ng,
-		count(nc, "unrecorded change"), count(len(tl.marks), "failure"))
+		count(nc, "unrecorded change"), count(len(tl.marks)-npoints, "failure"))
+	if npoints > 0 {
+		d.Counts += ", " + count(npoints, "fired point")
+	}
 	step := tickStep(span)
 	for t := time.Duration(0); t <= span; t += step {
 		d.Ticks = append(d.Ticks, pageTick{Left: 100 * float64(t) / float64(span), Label: tickLabel(t, step)})
@@ -496,7 +520,7 @@ func (tl *timeline) html() ([]byte, error) {
 	sort.SliceStable(marks, func(i, j int) bool { return marks[i].At.Before(marks[j].At) })
 	for i, m := range marks {
 		left := pct(m.At)
-		d.Marks = append(d.Marks, pageMark{Left: left, At: ms(tl.offset(m.At)), Text: firstLine(m.What, 160), Full: m.What, Top: 3 + markRow*i, Right: left > 50})
+		d.Marks = append(d.Marks, pageMark{Left: left, At: ms(tl.offset(m.At)), Text: firstLine(m.What, 160), Full: m.What, Top: 3 + markRow*i, Right: left > 50, Point: m.Point})
 	}
 	d.HeadHeight = 6 + markRow*len(d.Marks)
 	// Wide enough that the densest second stays readable: about 600 px a second, at least 1400 px, at most

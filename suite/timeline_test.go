@@ -29,8 +29,8 @@ var timelineLanes = []string{"case/spec", "opA/cluster", "opB", "opB/shard", "<u
 
 // timelineHistory is a suite whose recorder and stream hold a small known history in timelineNS: two
 // controllers of two managers, a write of opB outside a pass, a gated pass, a rejected write, a write that
-// changed nothing, a change no write made, and one failure mark (whose text would run as a script if the
-// page did not escape it).
+// changed nothing, a change no write made, one failure mark (whose text would run as a script if the
+// page did not escape it) and the mark of a perturbation point that fired.
 func timelineHistory(t *testing.T) (*Suite, time.Time, []mark) {
 	t.Helper()
 	b := newBroadcast()
@@ -67,7 +67,8 @@ func timelineHistory(t *testing.T) (*Suite, time.Time, []mark) {
 	change(61, Modified, "Shard", "a-0", "13", FieldChange{Path: "metadata.labels.ready", Old: absent, New: "true"})
 	change(65, Added, "Pod", "a-0-pod", "14")
 	write(70, "opA", "cluster", 0, VerbUpdate, "status", "Cluster", "a", "11", "opa", nil)
-	return s, t0, []mark{{At: at(45), What: `invariant "one owner" violated: <script>alert("escaped?")</script>` + "\n  more lines"}}
+	return s, t0, []mark{{At: at(45), What: `invariant "one owner" violated: <script>alert("escaped?")</script>` + "\n  more lines"},
+		{At: at(37), What: "conflict@opA/cluster:Cluster/a#2 at Cluster/a (update by opA/cluster)", Point: true}}
 }
 
 func TestTimelineTrace(t *testing.T) {
@@ -125,7 +126,7 @@ func TestTimelineTrace(t *testing.T) {
 	if !slices.Equal(lanes, timelineLanes) {
 		t.Errorf("thread names %q, want %q", lanes, timelineLanes)
 	}
-	want := map[string]int{"pass": 3, "gated": 1, "write/t": 5, "rejected/t": 1, "change/t": 1, "failure/g": 1}
+	want := map[string]int{"pass": 3, "gated": 1, "write/t": 5, "rejected/t": 1, "change/t": 1, "failure/g": 1, "point/g": 1}
 	for k, n := range want {
 		if count[k] != n {
 			t.Errorf("%d events of %s, want %d (all: %v)", count[k], k, n, count)
@@ -167,7 +168,7 @@ func TestTimelineInBrowser(t *testing.T) {
 		MarkX, Tick40, Tick50 float64
 	}
 	got, err := chromedp.Run(ctx, chromedp.Evaluate[shown](`(() => {
-		const kinds = ["write", "pass", "gated", "rejected", "mark", "change"];
+		const kinds = ["write", "pass", "gated", "rejected", "mark", "point", "change"];
 		const counts = {};
 		for (const k of kinds) counts[k] = document.querySelectorAll('[data-kind="' + k + '"]').length;
 		const lanes = [...document.querySelectorAll("[data-lane]")];
@@ -195,7 +196,7 @@ func TestTimelineInBrowser(t *testing.T) {
 	if !slices.Equal(got.Lanes, timelineLanes) {
 		t.Errorf("lanes %q, want %q", got.Lanes, timelineLanes)
 	}
-	want := map[string]int{"write": 5, "pass": 3, "gated": 1, "rejected": 1, "mark": 1, "change": 1}
+	want := map[string]int{"write": 5, "pass": 3, "gated": 1, "rejected": 1, "mark": 1, "point": 1, "change": 1}
 	for k, n := range want {
 		if got.Counts[k] != n {
 			t.Errorf("%d elements of kind %s, want %d (all: %v)", got.Counts[k], k, n, got.Counts)
@@ -325,10 +326,13 @@ func TestCaseMarks(t *testing.T) {
 	if m := c.failureMarks(at); len(m) != 0 {
 		t.Fatalf("a passing spec with no mark has marks %v", m)
 	}
+	fired := t0.Add(7 * time.Millisecond)
+	c.markPoint(fired, "conflict@op#1 at ConfigMap/m (patch by op/configmap)")
 	p.Errorf("an assertion failed")
-	if m := c.failureMarks(at); len(m) != 1 || !m[0].At.Equal(at) || m[0].What != "the spec failed (see its report)" {
-		t.Fatalf("a failed spec with no mark: %v, want one at the cleanup's time saying so", m)
+	if m := c.failureMarks(at); len(m) != 2 || !m[0].Point || !m[0].At.Equal(fired) || m[1].Point || !m[1].At.Equal(at) || m[1].What != "the spec failed (see its report)" {
+		t.Fatalf("a failed spec with only a point's mark: %v, want the point and one failure at the cleanup's time saying so", m)
 	}
+	c.marks = nil
 	seen := t0.Add(42 * time.Millisecond)
 	c.invariants = []*invariant{{name: "one owner", first: &violation{Name: "one owner", Err: errors.New("two owners"), Time: seen}}}
 	c.invariantErrors()
