@@ -91,7 +91,12 @@ func (s *Suite) dump(ns, spec string, since time.Time) (string, string, error) {
 
 // caseArtifacts is the directory of a case's artifacts: Options.ArtifactsDir/<spec>-<namespace>.
 func (s *Suite) caseArtifacts(ns, spec string) string {
-	return filepath.Join(s.artifactsDir, strings.Trim(nonDNS.ReplaceAllString(strings.ToLower(spec), "-"), "-")+"-"+ns)
+	name := strings.Trim(nonDNS.ReplaceAllString(strings.ToLower(spec), "-"), "-")
+	if name == "" {
+		// A case made outside a test (a suite-level case such as a sentinel's) is named by its namespace.
+		return filepath.Join(s.artifactsDir, ns)
+	}
+	return filepath.Join(s.artifactsDir, name+"-"+ns)
 }
 
 func countRejected(ws []Write) int {

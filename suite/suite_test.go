@@ -421,3 +421,15 @@ func TestSubresourceCreateKeepsNoResourceVersion(t *testing.T) {
 		t.Fatalf("writes %+v: want the binding with no resourceVersion, then the update with the new one", ws)
 	}
 }
+
+// TestCaseArtifactsNamesACaseWithoutATest: a case's directory is named after its spec and namespace, and a
+// case made outside a test (no name) after its namespace alone.
+func TestCaseArtifactsNamesACaseWithoutATest(t *testing.T) {
+	s := &Suite{artifactsDir: "/a"}
+	if got := s.caseArtifacts("e-1f", "scenarios a Spec: x"); got != "/a/scenarios-a-spec-x-e-1f" {
+		t.Errorf("a spec's directory is %q", got)
+	}
+	if got := s.caseArtifacts("e-1f", ""); got != "/a/e-1f" {
+		t.Errorf("a case without a test has directory %q, want its namespace", got)
+	}
+}
