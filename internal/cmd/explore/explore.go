@@ -321,11 +321,11 @@ func modeKey(p perturb.Point) string {
 }
 
 // sampler hands out an enumeration's points in the order a budget takes them: each next point is the one
-// whose spec has run least so far, then whose writer in that spec, whose mode for that writer, whose mode
-// in that spec, whose object for that writer; then the k the pair prefers (1, its last write n, then the
-// middles: n/2, n/4, 3n/4, ...); ties go to enumeration order. A small budget so covers every spec, then
-// every writer and every mode, before it covers any of them twice, and a writer tries every mode before
-// it tries one again.
+// whose spec has run least so far, then whose mode has run least in the whole run, then whose writer in
+// that spec, whose mode for that writer, whose mode in that spec, whose object for that writer; then the k
+// the pair prefers (1, its last write n, then the middles: n/2, n/4, 3n/4, ...); ties go to enumeration
+// order. A small budget so covers every spec, and across the specs every mode, before it covers any of
+// them twice; within a spec every writer and mode; and a writer tries every mode before it tries one again.
 type sampler struct {
 	points []SpecPoint
 	// keys[i] are the group ids of points[i] at each level of the order; rank[i] is its k's rank.
@@ -336,7 +336,7 @@ type sampler struct {
 	left []int // indices of the points not yet picked, in enumeration order
 }
 
-const nLevels = 5
+const nLevels = 6
 
 func newSampler(points []SpecPoint) *sampler {
 	s := &sampler{points: points, keys: make([][nLevels]int, len(points)), rank: make([]int, len(points))}
@@ -349,6 +349,7 @@ func newSampler(points []SpecPoint) *sampler {
 		p := sp.Point
 		names := [nLevels]string{
 			sp.Spec,
+			modeKey(p),
 			sp.Spec + "\x00" + p.Writer,
 			sp.Spec + "\x00" + p.Writer + "\x00" + modeKey(p),
 			sp.Spec + "\x00\x00" + modeKey(p),

@@ -188,21 +188,22 @@ func TestSamplerSpreadsASmallBudget(t *testing.T) {
 	if len(e.Points) != (5+1+3+1)*3 {
 		t.Fatalf("%d points", len(e.Points))
 	}
-	// Specs alternate while both have points; within "one" the writers a/x, b/y, c take turns and the modes
-	// rotate so that the first three of "one" cover every writer and every mode; a pair's k goes 1, n, middle.
+	// Specs alternate while both have points, and the modes rotate across them, so the first three points
+	// cover every mode; within "one" the writers a/x, b/y, c take turns and its first three cover every
+	// writer and every mode; a pair's k goes 1, n, middle.
 	want := []string{
 		"one | conflict@a/x:K/o#1",
-		"two | conflict@a/x:K/t#1",
-		"one | timeout@b/y:K/o#1",
 		"two | timeout@a/x:K/t#1",
-		"one | restart@c:K/q#1",
+		"one | restart@b/y:K/o#1",
+		"two | conflict@a/x:K/t#1",
+		"one | timeout@c:K/q#1",
 		"two | restart@a/x:K/t#1",
 		"one | timeout@a/x:K/o#1",
 		"one | conflict@b/y:K/o#1",
-		"one | conflict@c:K/q#1",
+		"one | restart@c:K/q#1",
 		"one | restart@a/x:K/o#1",
-		"one | restart@b/y:K/o#1",
-		"one | timeout@c:K/q#1",
+		"one | timeout@b/y:K/o#1",
+		"one | conflict@c:K/q#1",
 		// b/y has no point left; a/x and c go on with k = n, the mode least used in the spec first.
 		"one | conflict@a/x:K/o#5",
 		"one | timeout@c:K/q#3",
