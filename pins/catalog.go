@@ -107,4 +107,12 @@ var Default = Catalog{
 		Specs:   []string{"matrixone CNClaim deleting a claim whose pod another claim uses: the deletion completes and the pod stays the other claim's"},
 		Retire:  "when Finalize removes its own claimed-by and returns done",
 	},
+	{
+		ID:      "MO-CLAIM-STALE-STORE-STATUS",
+		Title:   "a bound claim's status.store is read from a store-cache snapshot older than its own PatchCNStore",
+		Source:  "make explore: under a stale LogSet view a Bound claim's status.store.labels stayed empty while HAKeeper's store had the claim's labels",
+		Default: Live,
+		Specs:   []string{"matrixone CNClaim pins MO-CLAIM-STALE-STORE-STATUS: a claim bound right after its pod's admission reports its store without the labels it gave it"},
+		Retire:  "when status.store shows the labels and work state the bind's PatchCNStore set",
+	},
 }

@@ -53,7 +53,7 @@ func TestCatalogIsComplete(t *testing.T) {
 			t.Errorf("%s is incomplete: %+v", d.ID, d)
 		}
 	}
-	if len(Default) != 13 {
-		t.Errorf("catalog has %d entries, the catalog lists 13", len(Default))
+	if len(Default) != 14 {
+		t.Errorf("catalog has %d entries, the catalog lists 14", len(Default))
 	}
 }

@@ -366,8 +366,9 @@ func (r *CNClaimReconciler) ensureOwnership(ctx context.Context, c *mov1.CNClaim
 	return nil
 }
 
-// syncBindPod makes the pod's store Working with the claim's labels, reads it back from the store cache,
-// records the binding in spec (podName, nodeName, poolName, pool-name label) and in status (Bound, store).
+// syncBindPod makes the pod's store Working with the claim's labels, reads it back from the store cache
+// (refreshed first unless MO-CLAIM-STALE-STORE-STATUS is live), records the binding in spec (podName,
+// nodeName, poolName, pool-name label) and in status (Bound, store).
 func (r *CNClaimReconciler) syncBindPod(ctx context.Context, c *mov1.CNClaim, pod *corev1.Pod, opts Options) error {
 	hk, logSet, err := cnInstance(ctx, r.Client, r.HAKeeper, opts, pod.Namespace, pod.Labels[LabelPoolName])
 	if err != nil {
@@ -382,6 +383,11 @@ func (r *CNClaimReconciler) syncBindPod(ctx context.Context, c *mov1.CNClaim, po
 		if err := hk.UpdateCNLabel(ctx, uuid, nil); err != nil {
 			return fmt.Errorf("clear cn store %s labels: %w", uuid, err)
 		}
+	}
+	// MO-CLAIM-STALE-STORE-STATUS live: the store is read back from the snapshot as it is, which may be older
+	// than the patch just made. Fixed: the snapshot is dropped first, so the read-back sees the patch.
+	if !opts.IsLive(DefectClaimStaleStoreStatus) {
+		r.stores().Invalidate(pod.Namespace, logSet)
 	}
 	store, err := r.stores().Get(ctx, hk, pod.Namespace, logSet, uuid)
 	if err != nil {

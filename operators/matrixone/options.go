@@ -33,12 +33,17 @@ const (
 	// DefectClaimFinalizeStuck: Finalize skips a pod another claim references without removing its own
 	// claimed-by and never returns done, retrying every 2 s forever.
 	DefectClaimFinalizeStuck = "MO-CLAIM-FINALIZE-STUCK"
+	// DefectClaimStaleStoreStatus: syncBindPod reads the store back from the store cache right after its own
+	// PatchCNStore, so a snapshot taken before the patch gives status.store the store without the claim's
+	// labels, and a bound claim is not reconciled again once the snapshot is refreshed: its status keeps
+	// saying the store has no labels. Found by make explore (a stale LogSet view under load).
+	DefectClaimStaleStoreStatus = "MO-CLAIM-STALE-STORE-STATUS"
 )
 
-// DefectIDs returns the six catalog IDs of this operator, in catalog order.
+// DefectIDs returns the seven catalog IDs of this operator, in catalog order.
 func DefectIDs() []string {
 	return []string{DefectUnscopedOperator, DefectConcurrentRollingRestart, DefectClaimDoubleBind,
-		DefectClaimBoundToMissingPod, DefectMigrationStorm, DefectClaimFinalizeStuck}
+		DefectClaimBoundToMissingPod, DefectMigrationStorm, DefectClaimFinalizeStuck, DefectClaimStaleStoreStatus}
 }
 
 // SharedLeaderElectionID is the real operator's leader-election ID constant, shared by every instance
