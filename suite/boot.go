@@ -183,7 +183,9 @@ type Suite struct {
 	stopErr    error
 }
 
-// Manager is a running manager started by Boot or StartManager.
+// Manager is a running manager started by Boot or StartManager. A restart point (perturb.Restart) stops
+// the instance and starts a fresh one under the same name; the handle follows it, so Stop stops the
+// instance running now and Elected is that instance's.
 type Manager struct {
 	// Name is ManagerOptions.Name.
 	Name string
@@ -198,11 +200,29 @@ type Manager struct {
 	once  sync.Once
 	err   error
 	s     *Suite
+	// rmu guards stopped (Stop was called: a restart under way starts nothing) and successor (the instance
+	// a restart point started in this one's place).
+	rmu       sync.Mutex
+	stopped   bool
+	successor *Manager
 }
 
 // Stop stops the manager and waits (bounded by Options.StopTimeout) for its controllers to return.
 // Errors: the manager's own error, or a timeout.
 func (m *Manager) Stop() error {
+	m.rmu.Lock()
+	m.stopped = true
+	next := m.successor
+	m.rmu.Unlock()
+	err := m.stopInstance()
+	if next != nil {
+		err = errors.Join(err, next.Stop())
+	}
+	return err
+}
+
+// stopInstance stops this instance only (once) and waits for it as Stop says.
+func (m *Manager) stopInstance() error {
 	m.once.Do(func() {
 		m.stop()
 		select {
@@ -223,7 +243,30 @@ func (m *Manager) Stop() error {
 // Elected is closed once the manager leads and its controllers start: when it acquires its Lease with
 // ManagerOptions.LeaderElection, at once without (controller-runtime's manager.Elected). It stays open for a
 // follower, and for a manager stopped before it led.
-func (m *Manager) Elected() <-chan struct{} { return m.mgr.Elected() }
+func (m *Manager) Elected() <-chan struct{} {
+	m.rmu.Lock()
+	next := m.successor
+	m.rmu.Unlock()
+	if next != nil {
+		return next.Elected()
+	}
+	return m.mgr.Elected()
+}
+
+// restarted makes next the successor of m, which a restart point stopped; false (and next is stopped)
+// when m's owner stopped it meanwhile.
+func (m *Manager) restarted(next *Manager) bool {
+	m.rmu.Lock()
+	if !m.stopped {
+		m.successor = next
+	}
+	stopped := m.stopped
+	m.rmu.Unlock()
+	if stopped {
+		_ = next.Stop()
+	}
+	return !stopped
+}
 
 // stopTimeout is Options.StopTimeout, or 1 s once the run was interrupted: the control plane is already
 // gone then, and a manager waiting on it would only hold up the framework's own interrupt handling.

@@ -331,12 +331,22 @@ func (s *Suite) restart(pl *plan, manager string, p perturb.Point) {
 	m.wm.fence.Store(&p)
 	go func() {
 		defer pl.pending.Done()
-		if err := m.Stop(); err != nil {
+		if err := m.stopInstance(); err != nil {
 			pl.addErr(fmt.Sprintf("point %s: stopping manager %s: %v", p, m.Name, err))
 		}
-		if _, err := s.StartManager(m.opts); err != nil {
-			pl.addErr(fmt.Sprintf("point %s: starting manager %s again: %v", p, m.Name, err))
+		m.rmu.Lock()
+		stopped := m.stopped
+		m.rmu.Unlock()
+		if stopped {
+			// Its owner stopped it meanwhile: a crashed process that nobody restarts.
+			return
 		}
+		next, err := s.StartManager(m.opts)
+		if err != nil {
+			pl.addErr(fmt.Sprintf("point %s: starting manager %s again: %v", p, m.Name, err))
+			return
+		}
+		m.restarted(next)
 	}()
 }
 

@@ -12,7 +12,9 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/ensembletest/ensemble/suite/perturb"
 )
@@ -143,6 +145,34 @@ func testPerturbation(t *testing.T, s *Suite) {
 			t.Fatalf("the stopped instance's fence is %v, want the change point", f)
 		}
 		NewWithT(t).Eventually(seen(c, "cr")).WithTimeout(10 * time.Second).Should(Equal("yes"))
+	})
+	t.Run("the handle follows a restart", func(t *testing.T) {
+		c := s.NewCase(t, Unadmitted())
+		m, err := s.StartManager(ManagerOptions{Name: "own", Ungated: true,
+			Cache:    cache.Options{DefaultNamespaces: map[string]cache.Config{c.Namespace: {}}},
+			Register: func(mgr manager.Manager) error { return (&marker{Client: mgr.GetClient()}).SetupWithManager(mgr) }})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.AfterCleanup(func() { _ = m.Stop() })
+		c.Perturb(perturb.Point{Mode: perturb.Restart, Writer: "own", Nth: 1})
+		if err := c.Create(cm("h", false)); err != nil {
+			t.Fatal(err)
+		}
+		current := func() *Manager {
+			s.mu.Lock()
+			defer s.mu.Unlock()
+			return s.managers["own"]
+		}
+		NewWithT(t).Eventually(current).WithTimeout(20 * time.Second).ShouldNot(Or(BeNil(), BeIdenticalTo(m)))
+		<-m.Elected()
+		// The spec's handle is the one it started; stopping it stops the instance the restart made.
+		if err := m.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		if cur := current(); cur != nil {
+			t.Fatalf("after Stop on the original handle, manager %q still runs (the restarted instance)", cur.Name)
+		}
 	})
 	t.Run("record and differential oracle", func(t *testing.T) {
 		dir := t.TempDir()
