@@ -166,7 +166,8 @@ func (c *Case) RequireQuiescent(window, timeout time.Duration, opts ...QuietOpti
 }
 
 // Quiescent waits until the case's namespace has been quiet for window (counted from the case's start at
-// the earliest), within timeout, and returns how long it waited. Quiet means no watched object changed, no
+// the earliest), within timeout, and returns how long it waited. It first releases the case's held points
+// that last until the namespace is quiet (perturb.Point.For 0), so the window sees the operators' reaction. Quiet means no watched object changed, no
 // write was attempted (see StateOnly) and no reconcile pass ran for window; then the last pass of every
 // controller key in the namespace must not have ended in an error. Errors: not quiet in time (naming the
 // busiest objects, their field transitions and the writers), a hot loop (see HotLoop; the wait ends at it
@@ -174,6 +175,10 @@ func (c *Case) RequireQuiescent(window, timeout time.Duration, opts ...QuietOpti
 // window that is not positive or longer than timeout, an interrupted run. For a pin whose defect is that
 // the namespace never goes quiet; a spec asserts with RequireQuiescent.
 func (c *Case) Quiescent(window, timeout time.Duration, opts ...QuietOption) (time.Duration, error) {
+	// A held point that lasts until the namespace is quiet ends now: otherwise its release and the
+	// operators' reaction to what it held race the spec's own window, and the reaction lands in the spec's
+	// next step.
+	c.releaseUntilQuiet()
 	if !c.optedOut(HotLoop) {
 		opts = append(opts, func(q *quietConfig) { q.hotLoops = true })
 	}

@@ -408,6 +408,25 @@ func (pl *plan) release(f *firing) {
 	})
 }
 
+// releaseUntilQuiet ends the case's held firings that last until the namespace is quiet (For 0).
+func (c *Case) releaseUntilQuiet() {
+	pl := c.s.planFor(c.Namespace, false)
+	if pl == nil {
+		return
+	}
+	pl.mu.Lock()
+	var due []*firing
+	for _, f := range pl.held {
+		if f.p.For == 0 {
+			due = append(due, f)
+		}
+	}
+	pl.mu.Unlock()
+	for _, f := range due {
+		pl.release(f)
+	}
+}
+
 // releaseAll ends every firing of the plan.
 func (pl *plan) releaseAll() {
 	pl.mu.Lock()

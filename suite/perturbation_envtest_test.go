@@ -93,6 +93,20 @@ func testPerturbation(t *testing.T, s *Suite) {
 		}
 		NewWithT(t).Eventually(cached).WithTimeout(10 * time.Second).Should(Equal("yes"))
 	})
+	t.Run("a quiescence check ends a hold that lasts until quiet", func(t *testing.T) {
+		c := s.NewCase(t)
+		c.Perturb(perturb.Point{Mode: perturb.Stale, Writer: "op/configmap", Object: "ConfigMap/q", Nth: 1})
+		if err := c.Create(cm("q", false)); err != nil {
+			t.Fatal(err)
+		}
+		NewWithT(t).Eventually(seen(c, "q")).WithTimeout(10 * time.Second).Should(Equal("yes"))
+		// A window shorter than the hold's own 300 ms of quiet: without the release the check would return
+		// while op's cache still lacks the marker's write.
+		c.RequireQuiescent(100*time.Millisecond, 10*time.Second)
+		if got := cachedSeen(t, s, c, "q")(); got != "yes" {
+			t.Fatalf("after RequireQuiescent op's cache reads seen=%q: the hold outlived the spec's quiescence check", got)
+		}
+	})
 	t.Run("change triggers", func(t *testing.T) {
 		c := s.NewCase(t)
 		// The case's creation of cc is its first change: the marker's next write is refused.

@@ -86,7 +86,8 @@ type Point struct {
 	Rate       float64
 	Change     int
 	// For releases a held mode after this many further writes in the case's namespace (any writer); 0 holds
-	// it until the namespace is otherwise quiet, until Case.Release, or until the case's cleanup begins.
+	// it until the namespace is otherwise quiet, until the spec's next quiescence check (Case.Quiescent),
+	// until Case.Release, or until the case's cleanup begins.
 	For int
 }
 
