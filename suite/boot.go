@@ -171,7 +171,7 @@ type Suite struct {
 	// chmu guards changeHolds, the stale and coalesce points with change triggers the cases armed.
 	chmu        sync.Mutex
 	changeHolds []*changeHold
-	// runPoints are ENSEMBLE_PERTURB's points, set on every case; baselines are ENSEMBLE_BASELINE's end
+	// runPoints are ENSEMBLE_PERTURB's points, set on every spec's case; baselines are ENSEMBLE_BASELINE's end
 	// states by spec name, for the differential oracle; exploreDir is ENSEMBLE_EXPLORE's directory, where
 	// each case leaves its perturb.Record.
 	runPoints  []perturb.Point

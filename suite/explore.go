@@ -15,7 +15,7 @@ import (
 )
 
 // perturbationEnv reads the three variables make explore drives a run with: ENSEMBLE_PERTURB (points set
-// on every case, perturb.ParseList's form), ENSEMBLE_BASELINE (directories of unperturbed runs' records,
+// on every spec's case, perturb.ParseList's form), ENSEMBLE_BASELINE (directories of unperturbed runs' records,
 // separated by the OS path list separator, for the differential oracle) and ENSEMBLE_EXPLORE (the
 // directory each case writes its record to). A point's writer is not checked against the managers: a spec
 // may start the instance it names (Suite.StartManager); a point that never fires is "not reached" in make

@@ -107,6 +107,18 @@ func testPerturbation(t *testing.T, s *Suite) {
 			t.Fatalf("after RequireQuiescent op's cache reads seen=%q: the hold outlived the spec's quiescence check", got)
 		}
 	})
+	t.Run("run points skip a case outside a spec", func(t *testing.T) {
+		s.runPoints = []perturb.Point{{Mode: perturb.Conflict, Writer: "op", Nth: 1}}
+		defer func() { s.runPoints = nil }()
+		for name, want := range map[string]bool{"": false, "a spec": true} {
+			p := &probeTB{name: name}
+			c := s.NewCase(p)
+			if got := s.planFor(c.Namespace, false) != nil; got != want {
+				t.Errorf("case of test %q has a plan: %v, want %v", name, got, want)
+			}
+			p.runCleanups()
+		}
+	})
 	t.Run("change triggers", func(t *testing.T) {
 		c := s.NewCase(t)
 		// The case's creation of cc is its first change: the marker's next write is refused.
