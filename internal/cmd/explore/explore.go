@@ -178,12 +178,20 @@ func enumerate(records, second []perturb.Record, modes []perturb.Mode) Enumerati
 				}
 			}
 		}
+		if second != nil {
+			// A manager named anew each run (a spec's own instance with a random suffix) could not be named by
+			// a point that fires in another run.
+			writers = slices.DeleteFunc(writers, func(w string) bool {
+				return !slices.ContainsFunc(again, func(q pair) bool { return managerOf(q.writer) == managerOf(w) })
+			})
+		}
 		e.changePoints(spec, records, second, writers, modes)
 	}
 	return e
 }
 
-// changePoints adds spec's change-triggered points (see enumerate) for the managers of writers.
+// changePoints adds spec's change-triggered points (see enumerate) for the managers of writers (those that
+// wrote in both unperturbed runs, when there are two).
 func (e *Enumeration) changePoints(spec string, records, second []perturb.Record, writers []string, modes []perturb.Mode) {
 	changes, watches := changesOf(records, spec)
 	var again map[string]int
@@ -192,8 +200,7 @@ func (e *Enumeration) changePoints(spec string, records, second []perturb.Record
 	}
 	var managers []string
 	for _, w := range writers {
-		m, _, _ := strings.Cut(w, "/")
-		if !slices.Contains(managers, m) {
+		if m := managerOf(w); !slices.Contains(managers, m) {
 			managers = append(managers, m)
 		}
 	}
@@ -234,6 +241,12 @@ func (e *Enumeration) changePoints(spec string, records, second []perturb.Record
 			}
 		}
 	}
+}
+
+// managerOf is the manager part of a writer ("multigres" of "multigres/multigres-shard").
+func managerOf(writer string) string {
+	m, _, _ := strings.Cut(writer, "/")
+	return m
 }
 
 // changesOf merges the change counts of spec's records (each object's largest) and the kinds each manager

@@ -444,7 +444,11 @@ func TestEnumerateChangeTriggers(t *testing.T) {
 	}
 	again := rec(3)
 	delete(again.Changes, "Pod/gone-abc")
-	e := enumerate([]perturb.Record{rec(2)}, []perturb.Record{again}, []perturb.Mode{perturb.Conflict, perturb.Stale, perturb.Restart})
+	// A manager with a name of its own in each run (mine-1, mine-2) gets no change point.
+	first := rec(2)
+	first.Writes = append(first.Writes, writes("mine-1/x Shard/s")...)
+	again.Writes = append(again.Writes, writes("mine-2/x Shard/s")...)
+	e := enumerate([]perturb.Record{first}, []perturb.Record{again}, []perturb.Mode{perturb.Conflict, perturb.Stale, perturb.Restart})
 	var got []string
 	for _, s := range strs(e.Points) {
 		if strings.Contains(s, "^") {
