@@ -26,15 +26,15 @@ const (
 // plan is the perturbation of one case's namespace: its points with their counts of writes, and what they
 // set off that has not ended yet.
 type plan struct {
-	mu     sync.Mutex
-	ns     string
-	armed  []*armed
-	held   []*firing
-	fired  []string
+	mu    sync.Mutex
+	ns    string
+	armed []*armed
+	held  []*firing
+	fired []string
 	// firedAt is when each of fired happened, for the case's timeline.
 	firedAt []time.Time
-	errs   []string
-	closed bool
+	errs    []string
+	closed  bool
 	// pending are restarts and releases still running; the case's cleanup waits for them.
 	pending sync.WaitGroup
 }

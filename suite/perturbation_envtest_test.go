@@ -138,7 +138,7 @@ func testPerturbation(t *testing.T, s *Suite) {
 			t.Fatal(err)
 		}
 		NewWithT(t).Eventually(seen(c, "cs")).WithTimeout(10 * time.Second).Should(Equal("yes"))
-		NewWithT(t).Eventually(cached).WithTimeout(10 * time.Second).Should(Equal(""), "op's cache has cs, without the marker's write")
+		NewWithT(t).Eventually(cached).WithTimeout(10*time.Second).Should(Equal(""), "op's cache has cs, without the marker's write")
 		if got := cached(); got != "" {
 			t.Fatalf("op's cache reads seen=%q, want the marker's write (cs's second change) held", got)
 		}

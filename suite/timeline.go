@@ -1,7 +1,6 @@
 package suite
 
 import (
-	"slices"
 	"bytes"
 	_ "embed"
 	"encoding/json"
@@ -11,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
