@@ -168,9 +168,9 @@ type Suite struct {
 	// pmu guards plans, the perturbation of each case namespace that has one (perturbation.go).
 	pmu   sync.Mutex
 	plans map[string]*plan
-	// chmu guards changeHolds, the stale and coalesce points with change triggers the cases armed.
-	chmu        sync.Mutex
-	changeHolds []*changeHold
+	// chmu guards changeTriggers, the points with change triggers the cases armed.
+	chmu           sync.Mutex
+	changeTriggers []*changeTrigger
 	// runPoints are ENSEMBLE_PERTURB's points, set on every spec's case; baselines are ENSEMBLE_BASELINE's end
 	// states by spec name, for the differential oracle; exploreDir is ENSEMBLE_EXPLORE's directory, where
 	// each case leaves its perturb.Record.
@@ -353,7 +353,6 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 		stopTimeout: opts.StopTimeout, cleanupTimeout: opts.CleanupTimeout,
 		notify: notify, rec: newRecorder(opts.Scheme, notify), stream: newStream(opts.Scheme, notify),
 		gate: newGate(), managers: map[string]*Manager{}, externals: externals}
-	s.stream.onChange = s.perturbChange
 	if err := s.perturbationEnv(); err != nil {
 		return nil, err
 	}
@@ -502,7 +501,7 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 		leNS = "default"
 	}
 	h := newHolds(scheme)
-	h.changed = func(k heldKey, ev watch.Event) *changeHold { return s.changeHoldAt(mo.Name, k, ev) }
+	h.changed = func(k heldKey, ev watch.Event) *changeTrigger { return s.changeAt(mo.Name, k, ev) }
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
 		Cache:                         h.wrapCache(mo.Cache),

@@ -28,9 +28,10 @@ import (
 // 10 minutes) keeps them: the new watch will not send them again, so it delivers them at release.
 type holds struct {
 	scheme *runtime.Scheme
-	// changed, when set, is asked about every event the watches read past the initial state; a change hold
-	// it returns begins on that event (see Suite.changeHoldAt).
-	changed func(k heldKey, ev watch.Event) *changeHold
+	// changed, when set, is asked about every event the watches read past the initial state; a change
+	// trigger it returns fires on that event, before the informer gets it, and holds it when its mode holds
+	// (see Suite.changeAt).
+	changed func(k heldKey, ev watch.Event) *changeTrigger
 
 	mu        sync.Mutex
 	held      map[heldKey]*heldClaims
@@ -319,17 +320,17 @@ func (w *heldWatch) run() {
 }
 
 // take records ev's resourceVersion and keeps ev when it is an event of a held object; it reports whether
-// ev passes. A change hold that begins on ev (holds.changed) holds ev itself, and is told so once h.mu is
-// released.
+// ev passes. A change trigger that fires on ev (holds.changed) is carried out once h.mu is released and
+// before ev reaches the informer; one that holds holds ev itself.
 func (w *heldWatch) take(ev watch.Event) bool {
-	pass, begun, release := w.takeLocked(ev)
-	if begun != nil {
-		begun.began(release)
+	pass, fired, release := w.takeLocked(ev)
+	if fired != nil {
+		fired.fire(release)
 	}
 	return pass
 }
 
-func (w *heldWatch) takeLocked(ev watch.Event) (pass bool, begun *changeHold, release func()) {
+func (w *heldWatch) takeLocked(ev watch.Event) (pass bool, fired *changeTrigger, release func()) {
 	if ev.Type == watch.Error {
 		return true, nil, nil
 	}
@@ -354,21 +355,21 @@ func (w *heldWatch) takeLocked(ev watch.Event) (pass bool, begun *changeHold, re
 	}
 	k := heldKey{in.kind, a.GetNamespace(), a.GetName()}
 	if in.h.changed != nil {
-		if begun = in.h.changed(k, ev); begun != nil {
-			release = in.h.claim(k, begun.coalesce())
+		if fired = in.h.changed(k, ev); fired != nil && fired.holds() {
+			release = in.h.claim(k, fired.coalesce())
 		}
 	}
 	if in.h.held[k] == nil {
-		return true, nil, nil
+		return true, fired, nil
 	}
 	for _, p := range in.pending[k] {
 		// A watch restarted from an older resourceVersion sends again what the last one held.
 		if pa, err := meta.Accessor(p.Object); err == nil && p.Type == ev.Type && pa.GetResourceVersion() == a.GetResourceVersion() {
-			return false, begun, release
+			return false, fired, release
 		}
 	}
 	in.pending[k] = append(in.pending[k], ev)
-	return false, begun, release
+	return false, fired, release
 }
 
 // flush delivers the informer's released events while w is its current watch; false when w was stopped.

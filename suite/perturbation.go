@@ -47,14 +47,16 @@ type armed struct {
 	primed bool
 }
 
-// changeHold is a stale or coalesce point with a change trigger: the watches of its writer's manager count
-// the changes of its object (as the suite's event stream counts them: a creation, a deletion, an update of
-// a field besides resourceVersion, managedFields and timestamps), and the hold begins on the Change-th, that
-// change held too. Counting in the manager's own watches, not in the stream, makes the held change exact.
-// Guarded by Suite.chmu.
-type changeHold struct {
+// changeTrigger is a point with a change trigger. The watches of its writer's manager count the changes of
+// its object (as the suite's event stream counts them: a creation, a deletion, an update of a field besides
+// resourceVersion, managedFields and timestamps), and the point fires on the Change-th before that manager's
+// informers receive it: stale and coalesce hold that change too, a fault refuses the manager's next write,
+// restart fences the manager before it could act on the change, down and slow begin. Counting in the
+// manager's own watch, not in the stream, makes the firing exact relative to what the manager saw. Guarded
+// by Suite.chmu.
+type changeTrigger struct {
 	s    *Suite
-	p    perturb.Point
+	a    *armed
 	pl   *plan
 	key  heldKey
 	n    int
@@ -63,7 +65,12 @@ type changeHold struct {
 	done bool
 }
 
-func (ch *changeHold) coalesce() bool { return ch.p.Mode == perturb.Coalesce }
+// holds reports whether the trigger's mode holds the object's events (stale, coalesce).
+func (ch *changeTrigger) holds() bool {
+	return ch.a.p.Mode == perturb.Stale || ch.a.p.Mode == perturb.Coalesce
+}
+
+func (ch *changeTrigger) coalesce() bool { return ch.a.p.Mode == perturb.Coalesce }
 
 // firing is a held point that fired: left writes remain before it is released (0: released when quiet).
 type firing struct {
@@ -123,37 +130,38 @@ func (s *Suite) planFor(ns string, create bool) *plan {
 	return pl
 }
 
-// arm adds p to the plan; a stale or coalesce point with a change trigger is counted by its manager's
-// watches instead (changeHold).
+// arm adds p to the plan; a point with a change trigger is counted by its manager's watches
+// (changeTrigger).
 func (s *Suite) arm(pl *plan, p perturb.Point) {
+	a := &armed{p: p}
 	pl.mu.Lock()
-	pl.armed = append(pl.armed, &armed{p: p})
+	pl.armed = append(pl.armed, a)
 	pl.mu.Unlock()
-	if p.Change > 0 && (p.Mode == perturb.Stale || p.Mode == perturb.Coalesce) {
+	if p.Change > 0 {
 		kind, name, _ := strings.Cut(p.Object, "/")
 		s.chmu.Lock()
-		s.changeHolds = append(s.changeHolds, &changeHold{s: s, p: p, pl: pl, key: heldKey{kind, pl.ns, name}, rvs: map[string]bool{}})
+		s.changeTriggers = append(s.changeTriggers, &changeTrigger{s: s, a: a, pl: pl, key: heldKey{kind, pl.ns, name}, rvs: map[string]bool{}})
 		s.chmu.Unlock()
 	}
 }
 
-// changeHoldAt counts ev, read by a watch of manager's cache for object k, towards the change holds armed
-// on k for that manager, and returns the one whose trigger it reaches (nil when none): its hold begins on
-// ev. An event counts once whichever of the manager's informers reads it first, and only when it is a
-// change (see changeHold).
-func (s *Suite) changeHoldAt(manager string, k heldKey, ev watch.Event) *changeHold {
+// changeAt counts ev, read by a watch of manager's cache for object k, towards the change triggers armed on
+// k for that manager, and returns the one it fires (nil when none); it fires before the informer gets ev.
+// An event counts once whichever of the manager's informers reads it first, and only when it is a change
+// (see changeTrigger).
+func (s *Suite) changeAt(manager string, k heldKey, ev watch.Event) *changeTrigger {
 	s.chmu.Lock()
 	defer s.chmu.Unlock()
-	if len(s.changeHolds) == 0 {
+	if len(s.changeTriggers) == 0 {
 		return nil
 	}
 	obj, ok := ev.Object.(client.Object)
 	if !ok {
 		return nil
 	}
-	var begun *changeHold
-	for _, ch := range s.changeHolds {
-		if ch.done || ch.key != k || ch.p.Manager() != manager || ch.rvs[obj.GetResourceVersion()] {
+	var fired *changeTrigger
+	for _, ch := range s.changeTriggers {
+		if ch.done || ch.key != k || ch.a.p.Manager() != manager || ch.rvs[obj.GetResourceVersion()] {
 			continue
 		}
 		ch.rvs[obj.GetResourceVersion()] = true
@@ -163,70 +171,51 @@ func (s *Suite) changeHoldAt(manager string, k heldKey, ev watch.Event) *changeH
 		if !changed {
 			continue
 		}
-		if ch.n++; ch.p.Fires(ch.n) && begun == nil {
+		if ch.n++; ch.a.p.Fires(ch.n) && fired == nil {
 			ch.done = true
-			begun = ch
+			fired = ch
 		}
 	}
-	return begun
+	return fired
 }
 
-// began tells the case's plan that the change hold began, with release ending it; a plan already closed
-// releases it at once.
-func (ch *changeHold) began(release func()) {
-	pl := ch.pl
-	f := &firing{p: ch.p, left: ch.p.For, release: release}
+// fire carries the trigger's point out in the case's plan; release ends the hold the watch began for
+// stale and coalesce (nil for the other modes). A plan already closed releases it at once.
+func (ch *changeTrigger) fire(release func()) {
+	pl, p := ch.pl, ch.a.p
 	pl.mu.Lock()
 	if pl.closed {
 		pl.mu.Unlock()
-		release()
-		return
-	}
-	pl.note(fmt.Sprintf("%s at %s/%s (its change %d, held from then on in %s's cache)", ch.p, ch.key.kind, ch.key.name, ch.n, ch.p.Manager()))
-	pl.held = append(pl.held, f)
-	if f.left == 0 {
-		ch.s.releaseWhenQuiet(pl, f)
-	}
-	pl.mu.Unlock()
-}
-
-// perturbChange counts a change the event stream saw towards the change triggers of its namespace's plan
-// (all modes but stale and coalesce, which their manager's watches count): a fault point primes its
-// writer's next write for refusal, restart restarts the writer's manager now, down and slow begin.
-func (s *Suite) perturbChange(ch Change) {
-	pl := s.planFor(ch.Namespace, false)
-	if pl == nil {
-		return
-	}
-	pl.mu.Lock()
-	if pl.closed {
-		pl.mu.Unlock()
-		return
-	}
-	var restarts []perturb.Point
-	for _, a := range pl.armed {
-		p := a.p
-		if p.Mode == perturb.Stale || p.Mode == perturb.Coalesce || !p.CountsChange(ch.Kind, ch.Name) {
-			continue
+		if release != nil {
+			release()
 		}
-		if a.n++; !p.Fires(a.n) {
-			continue
+		return
+	}
+	what := fmt.Sprintf("%s at %s/%s (its change %d, as %s's watch delivered it", p, ch.key.kind, ch.key.name, ch.n, p.Manager())
+	restart := false
+	switch {
+	case ch.holds():
+		pl.note(what + "; held from then on)")
+		f := &firing{p: p, left: p.For, release: release}
+		pl.held = append(pl.held, f)
+		if f.left == 0 {
+			ch.s.releaseWhenQuiet(pl, f)
 		}
-		pl.note(fmt.Sprintf("%s at %s/%s (its change %d, %s)", p, ch.Kind, ch.Name, a.n, ch.Type))
-		switch {
-		case p.Mode.Fault():
-			a.primed = true
-		case p.Mode == perturb.Restart:
-			restarts = append(restarts, p)
-		default:
-			if f := s.startHeld(pl, p, p.Manager(), ch.Kind, ch.Name); f != nil {
-				pl.held = append(pl.held, f)
-			}
+	case p.Mode.Fault():
+		pl.note(what + "; its next write is refused)")
+		ch.a.primed = true
+	case p.Mode == perturb.Restart:
+		pl.note(what + "; restarted before it could act on it)")
+		restart = true
+	default:
+		pl.note(what + ")")
+		if f := ch.s.startHeld(pl, p, p.Manager(), ch.key.kind, ch.key.name); f != nil {
+			pl.held = append(pl.held, f)
 		}
 	}
 	pl.mu.Unlock()
-	for _, p := range restarts {
-		s.restart(pl, p.Manager(), p)
+	if restart {
+		ch.s.restart(pl, p.Manager(), p)
 	}
 }
 
@@ -346,7 +335,20 @@ func (s *Suite) restart(pl *plan, manager string, p perturb.Point) {
 			pl.addErr(fmt.Sprintf("point %s: starting manager %s again: %v", p, m.Name, err))
 			return
 		}
-		m.restarted(next)
+		if !m.restarted(next) {
+			return
+		}
+		// The restart is done once the fresh instance's controllers run (their sources synced, the objects
+		// they found queued), so the case's verdict is not taken while it has yet to start. An instance under
+		// leader election may rightly be a follower whose controllers never start.
+		if next.opts.LeaderElection {
+			return
+		}
+		select {
+		case <-next.wm.workersRunning():
+		case <-time.After(s.startTimeout):
+			pl.addErr(fmt.Sprintf("point %s: manager %s started again, but its controllers' workers did not start within %s", p, m.Name, s.startTimeout))
+		}
 	}()
 }
 
@@ -461,7 +463,7 @@ func (c *Case) endPerturbation() (points, firedAt, errs []string) {
 	pl.closed = true
 	pl.mu.Unlock()
 	c.s.chmu.Lock()
-	c.s.changeHolds = slices.DeleteFunc(c.s.changeHolds, func(ch *changeHold) bool { return ch.pl == pl })
+	c.s.changeTriggers = slices.DeleteFunc(c.s.changeTriggers, func(ch *changeTrigger) bool { return ch.pl == pl })
 	c.s.chmu.Unlock()
 	pl.releaseAll()
 	pl.pending.Wait()
@@ -489,7 +491,7 @@ func (c *Case) reportPoints(points, firedAt []string) {
 	for _, p := range points {
 		if !slices.ContainsFunc(firedAt, func(f string) bool { return strings.HasPrefix(f, p+" at ") }) {
 			if pt, err := perturb.Parse(p); err == nil && pt.Change > 0 {
-				lines = append(lines, p+" never fired: its object did not change that often (stale and coalesce count the changes the writer's manager's cache watches: does it watch that kind?)")
+				lines = append(lines, p+" never fired: its object did not change that often as the writer's manager's cache watches it (does that manager watch the kind?)")
 				continue
 			}
 			lines = append(lines, p+" never fired: no write of its writer reached its trigger (is the writer manager or manager/controller as the writes name it?)")

@@ -191,6 +191,16 @@ func testPerturbation(t *testing.T, s *Suite) {
 			return s.managers["own"]
 		}
 		NewWithT(t).Eventually(current).WithTimeout(20 * time.Second).ShouldNot(Or(BeNil(), BeIdenticalTo(m)))
+		// Ending the case's points waits for the restart, and a restart ends once the fresh instance's
+		// controllers run: the verdicts that follow see it reconcile.
+		if _, _, errs := c.endPerturbation(); len(errs) != 0 {
+			t.Fatal(errs)
+		}
+		select {
+		case <-current().wm.workersRunning():
+		default:
+			t.Fatal("the restart was over before the fresh instance's controllers ran their workers")
+		}
 		<-m.Elected()
 		// The spec's handle is the one it started; stopping it stops the instance the restart made.
 		if err := m.Stop(); err != nil {

@@ -69,8 +69,6 @@ type stream struct {
 	last   map[string]map[string]string
 	notify *broadcast
 	scheme *runtime.Scheme
-	// onChange, when set, is called with each change kept, outside mu (the change triggers of points).
-	onChange func(Change)
 }
 
 func newStream(scheme *runtime.Scheme, notify *broadcast) *stream {
@@ -136,9 +134,6 @@ func (st *stream) observe(kind string, typ ChangeType, o any) {
 		Namespace: obj.GetNamespace(), Name: obj.GetName(), ResourceVersion: obj.GetResourceVersion(), Fields: fields}
 	st.log = append(st.log, ch)
 	st.mu.Unlock()
-	if st.onChange != nil {
-		st.onChange(ch)
-	}
 	st.notify.signal()
 }
 

@@ -7,6 +7,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"k8s.io/client-go/util/workqueue"
@@ -33,6 +34,40 @@ type wrappingManager struct {
 	err     error
 	// fence is set when a restart point stopped this manager instance: its later writes are refused.
 	fence atomic.Pointer[perturb.Point]
+	// workers counts the wrapped controllers whose queue is observed and those whose workers have started
+	// (a worker's first Get from the queue: its sources have synced); see workersRunning.
+	workersMu          sync.Mutex
+	queues, running    int
+	workersRunningOnce sync.Once
+	workersRunningCh   chan struct{}
+}
+
+// workersRunning is closed once every wrapped controller with an observed queue has started its workers
+// (at once when there is none), so the controllers reconcile what their sources delivered.
+func (m *wrappingManager) workersRunning() <-chan struct{} {
+	m.workersMu.Lock()
+	defer m.workersMu.Unlock()
+	if m.running >= m.queues {
+		m.workersRunningOnce.Do(func() { close(m.workersCh()) })
+	}
+	return m.workersCh()
+}
+
+// workersCh is the channel workersRunning closes (called with workersMu held).
+func (m *wrappingManager) workersCh() chan struct{} {
+	if m.workersRunningCh == nil {
+		m.workersRunningCh = make(chan struct{})
+	}
+	return m.workersRunningCh
+}
+
+// workerStarted notes that one more observed controller's workers asked their queue for work.
+func (m *wrappingManager) workerStarted() {
+	m.workersMu.Lock()
+	defer m.workersMu.Unlock()
+	if m.running++; m.running >= m.queues {
+		m.workersRunningOnce.Do(func() { close(m.workersCh()) })
+	}
 }
 
 func (s *Suite) newWrappingManager(mgr manager.Manager, name string, ungated bool) *wrappingManager {
@@ -109,19 +144,31 @@ func (m *wrappingManager) observeQueue(f reflect.Value, controller string) {
 	}
 	orig := f.Interface().(newQueueFunc)
 	note := func(req reconcile.Request) { m.s.rec.queuedByEvent(m.name, controller, req) }
+	m.workersMu.Lock()
+	m.queues++
+	m.workersMu.Unlock()
 	f.Set(reflect.ValueOf(newQueueFunc(func(name string, rl workqueue.TypedRateLimiter[reconcile.Request]) workqueue.TypedRateLimitingInterface[reconcile.Request] {
 		q := orig(name, rl)
+		var once sync.Once
+		started := func() { once.Do(m.workerStarted) }
 		if pq, ok := q.(priorityqueue.PriorityQueue[reconcile.Request]); ok {
-			return &observedPriorityQueue{PriorityQueue: pq, note: note}
+			return &observedPriorityQueue{PriorityQueue: pq, note: note, started: started}
 		}
-		return &observedQueue{TypedRateLimitingInterface: q, note: note}
+		return &observedQueue{TypedRateLimitingInterface: q, note: note, started: started}
 	})))
 }
 
-// observedPriorityQueue is controller-runtime's priority queue with its immediate adds noted.
+// observedPriorityQueue is controller-runtime's priority queue with its immediate adds noted and its
+// workers' first Get reported.
 type observedPriorityQueue struct {
 	priorityqueue.PriorityQueue[reconcile.Request]
-	note func(reconcile.Request)
+	note    func(reconcile.Request)
+	started func()
+}
+
+func (q *observedPriorityQueue) GetWithPriority() (reconcile.Request, int, bool) {
+	q.started()
+	return q.PriorityQueue.GetWithPriority()
 }
 
 func (q *observedPriorityQueue) Add(item reconcile.Request) {
@@ -142,7 +189,13 @@ func (q *observedPriorityQueue) AddWithOpts(o priorityqueue.AddOpts, items ...re
 // for priorities and sends immediate adds to Add).
 type observedQueue struct {
 	workqueue.TypedRateLimitingInterface[reconcile.Request]
-	note func(reconcile.Request)
+	note    func(reconcile.Request)
+	started func()
+}
+
+func (q *observedQueue) Get() (reconcile.Request, bool) {
+	q.started()
+	return q.TypedRateLimitingInterface.Get()
 }
 
 func (q *observedQueue) Add(item reconcile.Request) {

@@ -62,9 +62,10 @@ func (m Mode) Held() bool {
 
 // Point is one perturbation. Its trigger is a write or a change. A write trigger counts the writes of Writer
 // (on Object, when set) in the case's namespace from 1 and fires on the Nth, on every Every-th, or on a Rate
-// of them. A change trigger (Change) counts the changes of Object, whoever made them, and fires on the
-// Change-th: a fault mode then refuses Writer's next write, restart restarts Writer's manager at once, stale
-// and coalesce hold Object from Writer's manager's cache from that change on (the change included), down and
+// of them. A change trigger (Change) counts the changes of Object, whoever made them, as Writer's manager's
+// watch delivers them, and fires on the Change-th before that manager's cache sees it: a fault mode then
+// refuses Writer's next write, restart restarts Writer's manager before it could act on the change, stale
+// and coalesce hold Object from that manager's cache from that change on (the change included), down and
 // slow begin there.
 type Point struct {
 	// Mode is what happens when the point fires.
