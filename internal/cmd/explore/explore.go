@@ -127,8 +127,9 @@ type pair struct {
 //
 // Then the change triggers, for the modes among -modes that act on a manager's view (restart, stale,
 // coalesce): each object whose changes both runs saw (objects sorted by name, k = 1..the smaller count),
-// for each manager that wrote in the spec (in the order of its first write): restart at the object's k-th
-// change, and stale and coalesce from it when the manager's cache watches the object's kind.
+// for each manager that wrote in the spec (in the order of its first write) and whose cache watches the
+// object's kind (a change trigger fires in that watch): restart at the object's k-th change, and stale and
+// coalesce from it.
 func enumerate(records, second []perturb.Record, modes []perturb.Mode) Enumeration {
 	var e Enumeration
 	for _, spec := range specNames(records) {
@@ -225,7 +226,7 @@ func (e *Enumeration) changePoints(spec string, records, second []perturb.Record
 				if m != perturb.Restart && m != perturb.Stale && m != perturb.Coalesce {
 					continue
 				}
-				if m != perturb.Restart && !slices.Contains(watches[mgr], kind) {
+				if !slices.Contains(watches[mgr], kind) {
 					continue
 				}
 				probe := perturb.Point{Mode: m, Writer: mgr, Object: obj, Change: 1}
