@@ -7,9 +7,9 @@ import (
 	"hash/fnv"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/ensembletest/ensemble/suite/perturb"
 )
@@ -171,11 +171,20 @@ func (c *Case) writeRecord(points, firedAt []string, end map[string]map[string]s
 		r.Writes = append(r.Writes, perturb.RecordWrite{Writer: w.writer(), Object: w.Kind + "/" + w.Name,
 			Verb: string(w.Verb), Subresource: w.Subresource, Rejected: w.Err != nil})
 	}
-	r.Changes = map[string]int{}
+	r.Changes, r.Seen = map[string]int{}, map[string]map[string]int{}
+	watching := c.s.watchingSince()
 	for _, ch := range c.s.stream.changes(c.Namespace, ChangeFilter{}) {
-		r.Changes[ch.Kind+"/"+ch.Name]++
+		obj := ch.Kind + "/" + ch.Name
+		r.Changes[obj]++
+		for m, since := range watching {
+			if t, ok := since[ch.Kind]; ok && !ch.Time.Before(t) {
+				if r.Seen[m] == nil {
+					r.Seen[m] = map[string]int{}
+				}
+				r.Seen[m][obj]++
+			}
+		}
 	}
-	r.Watches = c.s.watchedKinds()
 	for _, f := range failures {
 		first, _, _ := strings.Cut(f, "\n")
 		r.Failures = append(r.Failures, first)
@@ -193,24 +202,26 @@ func (c *Case) writeRecord(points, firedAt []string, end map[string]map[string]s
 	return errors.Join(os.WriteFile(filepath.Join(c.s.exploreDir, fmt.Sprintf("%s-%08x.json", name, h.Sum32())), b, 0o644))
 }
 
-// watchedKinds lists, by manager, the kinds its cache's informers watch, sorted.
-func (s *Suite) watchedKinds() map[string][]string {
+// watchingSince maps each running manager to the kinds its cache's informers watch and when the first
+// watch of each kind began.
+func (s *Suite) watchingSince() map[string]map[string]time.Time {
 	s.mu.Lock()
 	ms := make([]*Manager, 0, len(s.managers))
 	for _, m := range s.managers {
 		ms = append(ms, m)
 	}
 	s.mu.Unlock()
-	out := map[string][]string{}
+	out := map[string]map[string]time.Time{}
 	for _, m := range ms {
+		kinds := map[string]time.Time{}
 		m.holds.mu.Lock()
 		for _, in := range m.holds.informers {
-			if !slices.Contains(out[m.Name], in.kind) {
-				out[m.Name] = append(out[m.Name], in.kind)
+			if t, ok := kinds[in.kind]; !in.since.IsZero() && (!ok || in.since.Before(t)) {
+				kinds[in.kind] = in.since
 			}
 		}
 		m.holds.mu.Unlock()
-		slices.Sort(out[m.Name])
+		out[m.Name] = kinds
 	}
 	return out
 }

@@ -179,12 +179,14 @@ type heldInformer struct {
 	example     runtime.Object
 
 	// Guarded by h.mu. epoch counts relists; lastRV is the newest resourceVersion read from the API server
-	// since the last one; current is the watch the informer reads now (nil between watches).
+	// since the last one; current is the watch the informer reads now (nil between watches); since is when
+	// its first watch opened (what it delivers as changes begins then).
 	pending map[heldKey][]watch.Event
 	ready   []watch.Event
 	epoch   int
 	lastRV  string
 	current *heldWatch
+	since   time.Time
 }
 
 // List lists as the wrapped ListerWatcher does; see ListWithContext.
@@ -225,6 +227,9 @@ func (in *heldInformer) WatchWithContext(ctx context.Context, opts metav1.ListOp
 	in.h.mu.Lock()
 	if w.initial {
 		in.relisted()
+	}
+	if in.since.IsZero() {
+		in.since = time.Now()
 	}
 	in.current = w
 	in.h.mu.Unlock()

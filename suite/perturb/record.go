@@ -25,11 +25,11 @@ type Record struct {
 	Externals []string `json:"externals,omitempty"`
 	// Writes are the case's writes by operators and fakes (not the spec's own), oldest first.
 	Writes []RecordWrite `json:"writes"`
-	// Changes counts each object's changes in the case's namespace, by "Kind/name" (a change trigger's
-	// range); Watches lists, by manager, the kinds its cache watches (the objects its stale and coalesce
-	// points can hold).
-	Changes map[string]int      `json:"changes,omitempty"`
-	Watches map[string][]string `json:"watches,omitempty"`
+	// Changes counts each object's changes in the case's namespace, by "Kind/name"; Seen counts, by manager,
+	// those its cache's watch could deliver (after its informer for the kind began watching): the range of
+	// the change triggers of that manager's points, which fire in that watch.
+	Changes map[string]int            `json:"changes,omitempty"`
+	Seen    map[string]map[string]int `json:"seen,omitempty"`
 	// EndState maps "Kind/name" to the object's leaf fields as the event stream flattens them, with the
 	// volatile ones left out (see Volatile) and the namespace written as "<namespace>". Objects created
 	// with generateName are keyed "Kind/<generateName>*" and numbered in the order of their content.

@@ -127,9 +127,9 @@ type pair struct {
 //
 // Then the change triggers, for the modes among -modes that act on a manager's view (restart, stale,
 // coalesce): each object whose changes both runs saw (objects sorted by name, k = 1..the smaller count),
-// for each manager that wrote in the spec (in the order of its first write) and whose cache watches the
-// object's kind (a change trigger fires in that watch): restart at the object's k-th change, and stale and
-// coalesce from it.
+// for each manager that wrote in the spec (in the order of its first write), k up to the changes that
+// manager's watch could deliver (a change trigger fires in that watch; Record.Seen): restart at the
+// object's k-th change, and stale and coalesce from it.
 func enumerate(records, second []perturb.Record, modes []perturb.Mode) Enumeration {
 	var e Enumeration
 	for _, spec := range specNames(records) {
@@ -194,10 +194,11 @@ func enumerate(records, second []perturb.Record, modes []perturb.Mode) Enumerati
 // changePoints adds spec's change-triggered points (see enumerate) for the managers of writers (those that
 // wrote in both unperturbed runs, when there are two).
 func (e *Enumeration) changePoints(spec string, records, second []perturb.Record, writers []string, modes []perturb.Mode) {
-	changes, watches := changesOf(records, spec)
+	changes, seen := changesOf(records, spec)
 	var again map[string]int
+	var seenAgain map[string]map[string]int
 	if second != nil {
-		again, _ = changesOf(second, spec)
+		again, seenAgain = changesOf(second, spec)
 	}
 	var managers []string
 	for _, w := range writers {
@@ -220,13 +221,17 @@ func (e *Enumeration) changePoints(spec string, records, second []perturb.Record
 			}
 			n = min(n, m)
 		}
-		kind, _, _ := strings.Cut(obj, "/")
 		for _, mgr := range managers {
+			// The manager's watch fires its change triggers: only the changes it could deliver count.
+			k := min(n, seen[mgr][obj])
+			if second != nil {
+				k = min(k, seenAgain[mgr][obj])
+			}
+			if k == 0 {
+				continue
+			}
 			for _, m := range modes {
 				if m != perturb.Restart && m != perturb.Stale && m != perturb.Coalesce {
-					continue
-				}
-				if !slices.Contains(watches[mgr], kind) {
 					continue
 				}
 				probe := perturb.Point{Mode: m, Writer: mgr, Object: obj, Change: 1}
@@ -234,10 +239,10 @@ func (e *Enumeration) changePoints(spec string, records, second []perturb.Record
 					e.Unparsable = append(e.Unparsable, fmt.Sprintf("%s: %s on the changes of %s", spec, mgr, obj))
 					continue
 				}
-				for k := 1; k <= n; k++ {
+				for j := 1; j <= k; j++ {
 					pt := probe
-					pt.Change = k
-					e.Points = append(e.Points, SpecPoint{Spec: spec, Point: pt, Writes: n})
+					pt.Change = j
+					e.Points = append(e.Points, SpecPoint{Spec: spec, Point: pt, Writes: k})
 				}
 			}
 		}
@@ -250,10 +255,10 @@ func managerOf(writer string) string {
 	return m
 }
 
-// changesOf merges the change counts of spec's records (each object's largest) and the kinds each manager
-// watches (their union).
-func changesOf(records []perturb.Record, spec string) (changes map[string]int, watches map[string][]string) {
-	changes, watches = map[string]int{}, map[string][]string{}
+// changesOf merges the change counts of spec's records (each object's largest) and, by manager, the counts
+// its watch could deliver (likewise).
+func changesOf(records []perturb.Record, spec string) (changes map[string]int, seen map[string]map[string]int) {
+	changes, seen = map[string]int{}, map[string]map[string]int{}
 	for _, r := range records {
 		if r.Spec != spec {
 			continue
@@ -261,15 +266,16 @@ func changesOf(records []perturb.Record, spec string) (changes map[string]int, w
 		for obj, n := range r.Changes {
 			changes[obj] = max(changes[obj], n)
 		}
-		for m, kinds := range r.Watches {
-			for _, k := range kinds {
-				if !slices.Contains(watches[m], k) {
-					watches[m] = append(watches[m], k)
-				}
+		for m, objs := range r.Seen {
+			if seen[m] == nil {
+				seen[m] = map[string]int{}
+			}
+			for obj, n := range objs {
+				seen[m][obj] = max(seen[m][obj], n)
 			}
 		}
 	}
-	return changes, watches
+	return changes, seen
 }
 
 // specNames are the records' specs, each once, sorted.

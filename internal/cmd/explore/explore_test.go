@@ -440,7 +440,8 @@ func TestEnumerateChangeTriggers(t *testing.T) {
 	rec := func(podChanges int) perturb.Record {
 		return perturb.Record{Spec: "s", Writes: writes("op/shard Shard/s", "kubelet Pod/p"),
 			Changes: map[string]int{"Shard/s": 1, "Pod/p": podChanges, "Pod/gone-abc": 1},
-			Watches: map[string][]string{"op": {"Pod", "Shard"}, "kubelet": {"Pod"}}}
+			Seen: map[string]map[string]int{"op": {"Pod/p": podChanges, "Shard/s": 1, "Pod/gone-abc": 1},
+				"kubelet": {"Pod/p": 1}}}
 	}
 	again := rec(3)
 	delete(again.Changes, "Pod/gone-abc")
@@ -455,12 +456,13 @@ func TestEnumerateChangeTriggers(t *testing.T) {
 			got = append(got, s)
 		}
 	}
-	// Pod/p changed twice in one run and 3 times in the other: k = 1, 2. The kubelet's cache watches no Shard,
-	// so it gets no point on one (a change trigger fires in the manager's watch); no conflict point is made on a change; Pod/gone-abc is not in the
+	// Pod/p changed twice in one run and 3 times in the other: k = 1, 2 for op; the kubelet's watch began
+	// after the pod's first change, so it could deliver one, and it watches no Shard (a change trigger
+	// fires in the manager's watch); no conflict point is made on a change; Pod/gone-abc is not in the
 	// other run.
 	want := []string{
 		"s | stale@op:Pod/p^1", "s | stale@op:Pod/p^2", "s | restart@op:Pod/p^1", "s | restart@op:Pod/p^2",
-		"s | stale@kubelet:Pod/p^1", "s | stale@kubelet:Pod/p^2", "s | restart@kubelet:Pod/p^1", "s | restart@kubelet:Pod/p^2",
+		"s | stale@kubelet:Pod/p^1", "s | restart@kubelet:Pod/p^1",
 		"s | stale@op:Shard/s^1", "s | restart@op:Shard/s^1",
 	}
 	if !reflect.DeepEqual(got, want) {
