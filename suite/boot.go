@@ -357,8 +357,10 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 		return nil, err
 	}
 	plane, err := controlplane.Start(&envtest.Environment{
-		CRDDirectoryPaths:        crdPaths,
-		ErrorIfCRDPathMissing:    true,
+		CRDDirectoryPaths:     crdPaths,
+		ErrorIfCRDPathMissing: true,
+		// envtest waits 10 s by default for the CRDs to be served, which a loaded machine can exceed.
+		CRDInstallOptions:        envtest.CRDInstallOptions{MaxTime: opts.StartTimeout},
 		Scheme:                   opts.Scheme,
 		ControlPlaneStartTimeout: opts.StartTimeout,
 		ControlPlaneStopTimeout:  opts.StopTimeout,

@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -211,6 +212,23 @@ func TestTwoPlanesInOneProcess(t *testing.T) {
 	for _, pid := range runningA {
 		if running(pid) {
 			t.Fatalf("plane a's process %d outlived its Stop", pid)
+		}
+	}
+}
+
+// TestStartErrorSaysWhatToDo: envtest's start errors become one line whose advice fits the cause: a CRD the
+// API server refused names the CRD to fix, CRDs not served in time name the bound and the option to raise,
+// anything else points at the binaries.
+func TestStartErrorSaysWhatToDo(t *testing.T) {
+	p := &Plane{env: &envtest.Environment{BinaryAssetsDirectory: "/assets", CRDInstallOptions: envtest.CRDInstallOptions{MaxTime: time.Minute}}}
+	for in, want := range map[string]string{
+		"unable to install CRDs onto control plane: something went wrong waiting for CRDs to appear as API resources: context deadline exceeded": "did not serve them within 1m0s",
+		`unable to install CRDs onto control plane: CustomResourceDefinition.apiextensions.k8s.io "widgets.x.io" is invalid`:                     "fix the CRD it names",
+		"fork/exec /assets/etcd: permission denied": "rebuild them with `make envtest-assets`",
+	} {
+		got := p.startError(errors.New(in)).Error()
+		if !strings.Contains(got, want) || !strings.Contains(got, in) {
+			t.Errorf("startError(%q) = %q, want it to say %q and keep the cause", in, got, want)
 		}
 	}
 }

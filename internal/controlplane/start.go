@@ -154,6 +154,8 @@ func (p *Plane) startWithin(bound time.Duration) (*rest.Config, error) {
 func (p *Plane) startError(err error) error {
 	msg := strings.ReplaceAll(err.Error(), "\n", " ")
 	switch {
+	case strings.Contains(msg, "waiting for CRDs to appear as API resources"):
+		return fmt.Errorf("ensemble: the API server accepted the CRDs but did not serve them within %s: %s (a loaded machine: raise suite.Options.StartTimeout)", p.env.CRDInstallOptions.MaxTime, msg)
 	case strings.Contains(msg, "CRD") || strings.Contains(msg, "CustomResourceDefinition"):
 		return fmt.Errorf("ensemble: the API server refused a CRD: %s: fix the CRD it names (run `make generate` for generated ones)", msg)
 	default:
