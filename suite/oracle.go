@@ -35,7 +35,8 @@ const (
 	// Differential fails a case run with ENSEMBLE_BASELINE (as make explore runs a perturbed spec) whose end
 	// state differs from the unperturbed runs' of the same spec, field by field: the case's objects after
 	// the other oracles, without the fields that differ between the unperturbed runs themselves or by
-	// nature (see perturb.Volatile).
+	// nature (see perturb.Volatile). A case that opted out of Convergence is not judged: its end state is
+	// not a settled one.
 	Differential Oracle = "differential"
 )
 

@@ -253,6 +253,19 @@ func testPerturbation(t *testing.T, s *Suite) {
 			t.Fatalf("a case equal to its baseline failed: %v", p.errors)
 		}
 		p = &probeTB{name: "differential"}
+		c0 := s.NewCase(p)
+		c0.OptOut(Convergence, "the test ends before its operator settles on purpose")
+		o0 := cm("x", false)
+		o0.Data = map[string]string{"k": "w"}
+		if err := c0.Create(o0); err != nil {
+			t.Fatal(err)
+		}
+		NewWithT(t).Eventually(seen(c0, "x")).WithTimeout(10 * time.Second).Should(Equal("yes"))
+		p.runCleanups()
+		if p.Failed() || !strings.Contains(strings.Join(p.reports, "\n"), "not judged: the case opted out of convergence") {
+			t.Fatalf("a case that opted out of Convergence: errors %q reports %q, want no differential verdict and a report saying so", p.errors, p.reports)
+		}
+		p = &probeTB{name: "differential"}
 		c := s.NewCase(p)
 		c.AllowDifference("ConfigMap", "x", "data", "the test writes another value on purpose")
 		o := cm("x", false)
