@@ -101,8 +101,9 @@ flake: ## Run the scenario suite (or FOCUS=regexp, LABELS=filter) N=<runs> times
 
 # explore: internal/cmd/explore runs the FOCUS specs unperturbed twice, then each on its own once per perturbation
 # point (each write of each controller and fake, and each change a manager's watch delivered, each of MODES) within
-# BUDGET (points, or a duration such as 20m), and prints point | mode | verdict | first difference with a command that reruns each failing point. FOCUS, MODES
-# and POINTS reach it through the environment as make got them, quotes, '#' and spaces included. SUITE names
+# BUDGET (points, or a duration such as 20m), and prints point | mode | verdict | first difference with a command
+# that reruns each failing point. FOCUS, MODES and POINTS reach it through the environment as make got them,
+# quotes, '#' and spaces included. SUITE names
 # another Ginkgo suite's directory (examples/kuberay); EXPLORE_JOBS runs points at once, each with its own envtest.
 EXPLORE_NEEDS_FOCUS = make explore: pass FOCUS=<spec regexp>, the specs to perturb, e.g. make explore FOCUS='becomes Healthy' BUDGET=6
 # Checked before the prerequisites, so a missing FOCUS is said before any envtest build.
