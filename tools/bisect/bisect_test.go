@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -288,9 +289,11 @@ func TestBisectCleansUpOnCtrlC(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	// The step has begun once its mark exists and its sleep runs: a SIGINT sent between the two would reach
+	// the shell before the sleep started, and the sleep would then run its 30 s out.
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		if _, err := os.Stat(mark); err == nil {
+		if _, err := os.Stat(mark); err == nil && exec.Command("pgrep", "-g", strconv.Itoa(cmd.Process.Pid), "-x", "sleep").Run() == nil {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -312,6 +315,7 @@ func TestBisectCleansUpOnCtrlC(t *testing.T) {
 		}
 	case <-time.After(15 * time.Second):
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done // the output is complete only once the command was reaped
 		t.Fatalf("bisect.sh did not end within 15 s of Ctrl-C:\n%s", out.String())
 	}
 	t.Logf("%s", out.String())
