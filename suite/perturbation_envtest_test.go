@@ -34,13 +34,18 @@ func testPerturbation(t *testing.T, s *Suite) {
 			return got.Data["seen"]
 		}
 	}
+	// createSeen creates ConfigMap name in the case and waits until the marker has marked it.
+	createSeen := func(t *testing.T, c *Case, name string) {
+		t.Helper()
+		if err := c.Create(cm(name, false)); err != nil {
+			t.Fatal(err)
+		}
+		NewWithT(t).Eventually(seen(c, name)).WithTimeout(10 * time.Second).Should(Equal("yes"))
+	}
 	t.Run("conflict on the first write", func(t *testing.T) {
 		c := s.NewCase(t)
 		c.Perturb(perturb.Point{Mode: perturb.Conflict, Writer: "op/configmap", Object: "ConfigMap/m", Nth: 1})
-		if err := c.Create(cm("m", false)); err != nil {
-			t.Fatal(err)
-		}
-		NewWithT(t).Eventually(seen(c, "m")).WithTimeout(10 * time.Second).Should(Equal("yes"))
+		createSeen(t, c, "m")
 		ws := c.Writes(WriteFilter{Manager: "op"})
 		if len(ws) < 2 || !apierrors.IsConflict(ws[0].Err) || ws[0].Point != "conflict@op/configmap:ConfigMap/m#1" || ws[1].Err != nil || ws[1].Point != "" {
 			t.Fatalf("writes %v: want the first refused with a conflict by the point, the retry through", ws)
@@ -55,10 +60,7 @@ func testPerturbation(t *testing.T, s *Suite) {
 		old := s.managers["op"]
 		s.mu.Unlock()
 		c.Perturb(perturb.Point{Mode: perturb.Restart, Writer: "op/configmap", Nth: 1})
-		if err := c.Create(cm("a", false)); err != nil {
-			t.Fatal(err)
-		}
-		NewWithT(t).Eventually(seen(c, "a")).WithTimeout(10 * time.Second).Should(Equal("yes"))
+		createSeen(t, c, "a")
 		NewWithT(t).Eventually(func() *Manager {
 			s.mu.Lock()
 			defer s.mu.Unlock()
@@ -71,18 +73,12 @@ func testPerturbation(t *testing.T, s *Suite) {
 			t.Fatalf("a write of the stopped instance: %v, want it refused naming the point", err)
 		}
 		// The fresh instance reconciles what comes next.
-		if err := c.Create(cm("b", false)); err != nil {
-			t.Fatal(err)
-		}
-		NewWithT(t).Eventually(seen(c, "b")).WithTimeout(10 * time.Second).Should(Equal("yes"))
+		createSeen(t, c, "b")
 	})
 	t.Run("stale view until one more write", func(t *testing.T) {
 		c := s.NewCase(t)
 		c.Perturb(perturb.Point{Mode: perturb.Stale, Writer: "op/configmap", Object: "ConfigMap/s", Nth: 1, For: 1})
-		if err := c.Create(cm("s", false)); err != nil {
-			t.Fatal(err)
-		}
-		NewWithT(t).Eventually(seen(c, "s")).WithTimeout(10 * time.Second).Should(Equal("yes"))
+		createSeen(t, c, "s")
 		cached := cachedSeen(t, s, c, "s")
 		// The hold began before the marker's write was sent and lasts one more write in the namespace.
 		if got := cached(); got != "" {
@@ -96,10 +92,7 @@ func testPerturbation(t *testing.T, s *Suite) {
 	t.Run("a quiescence check ends a hold that lasts until quiet", func(t *testing.T) {
 		c := s.NewCase(t)
 		c.Perturb(perturb.Point{Mode: perturb.Stale, Writer: "op/configmap", Object: "ConfigMap/q", Nth: 1})
-		if err := c.Create(cm("q", false)); err != nil {
-			t.Fatal(err)
-		}
-		NewWithT(t).Eventually(seen(c, "q")).WithTimeout(10 * time.Second).Should(Equal("yes"))
+		createSeen(t, c, "q")
 		// A window shorter than the hold's own 300 ms of quiet: without the release the check would return
 		// while op's cache still lacks the marker's write.
 		c.RequireQuiescent(100*time.Millisecond, 10*time.Second)
@@ -125,19 +118,13 @@ func testPerturbation(t *testing.T, s *Suite) {
 		c.Perturb(perturb.Point{Mode: perturb.Conflict, Writer: "op/configmap", Object: "ConfigMap/cc", Change: 1})
 		// The marker's write of cs is its second change: op's cache holds it until one more write.
 		c.Perturb(perturb.Point{Mode: perturb.Stale, Writer: "op", Object: "ConfigMap/cs", Change: 2, For: 1})
-		if err := c.Create(cm("cc", false)); err != nil {
-			t.Fatal(err)
-		}
-		NewWithT(t).Eventually(seen(c, "cc")).WithTimeout(10 * time.Second).Should(Equal("yes"))
+		createSeen(t, c, "cc")
 		ws := c.Writes(WriteFilter{Manager: "op", Name: "cc"})
 		if len(ws) < 2 || !apierrors.IsConflict(ws[0].Err) || ws[0].Point != "conflict@op/configmap:ConfigMap/cc^1" || ws[1].Err != nil {
 			t.Fatalf("writes %v: want the marker's first write after cc's creation refused by the change point, the retry through", ws)
 		}
 		cached := cachedSeen(t, s, c, "cs")
-		if err := c.Create(cm("cs", false)); err != nil {
-			t.Fatal(err)
-		}
-		NewWithT(t).Eventually(seen(c, "cs")).WithTimeout(10 * time.Second).Should(Equal("yes"))
+		createSeen(t, c, "cs")
 		NewWithT(t).Eventually(cached).WithTimeout(10*time.Second).Should(Equal(""), "op's cache has cs, without the marker's write")
 		if got := cached(); got != "" {
 			t.Fatalf("op's cache reads seen=%q, want the marker's write (cs's second change) held", got)
