@@ -166,6 +166,7 @@ type observedPriorityQueue struct {
 	started func()
 }
 
+// GetWithPriority reports the worker's first call, then gets as the priority queue does.
 func (q *observedPriorityQueue) GetWithPriority() (reconcile.Request, int, bool) {
 	q.started()
 	return q.PriorityQueue.GetWithPriority()
@@ -193,6 +194,7 @@ type observedQueue struct {
 	started func()
 }
 
+// Get reports the worker's first call, then gets as the queue does.
 func (q *observedQueue) Get() (reconcile.Request, bool) {
 	q.started()
 	return q.TypedRateLimitingInterface.Get()

@@ -111,17 +111,12 @@ func (p Point) Fires(n int) bool {
 
 // Counts reports whether a write by writer ("manager/controller", or the manager alone outside a pass) on
 // kind/name is one the point counts: a write trigger's, by Writer on Object. A change trigger counts no
-// write (see CountsChange and Refuses).
+// write: Object's changes are counted in Writer's manager's watch (see Refuses for its fault modes).
 func (p Point) Counts(writer, kind, name string) bool {
 	if p.Change > 0 || !p.writes(writer) {
 		return false
 	}
 	return p.Object == "" || p.Object == kind+"/"+name
-}
-
-// CountsChange reports whether a change of kind/name is one a change trigger counts.
-func (p Point) CountsChange(kind, name string) bool {
-	return p.Change > 0 && p.Object == kind+"/"+name
 }
 
 // Refuses reports whether a fault point whose change trigger fired refuses a write by writer: any write of

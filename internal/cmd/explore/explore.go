@@ -249,11 +249,8 @@ func (e *Enumeration) changePoints(spec string, records, second []perturb.Record
 	}
 }
 
-// managerOf is the manager part of a writer ("multigres" of "multigres/multigres-shard").
-func managerOf(writer string) string {
-	m, _, _ := strings.Cut(writer, "/")
-	return m
-}
+// managerOf is the manager part of a writer ("multigres" of "multigres/multigres-shard"), as a point names it.
+func managerOf(writer string) string { return perturb.Point{Writer: writer}.Manager() }
 
 // changesOf merges the change counts of spec's records (each object's largest) and, by manager, the counts
 // its watch could deliver (likewise).
