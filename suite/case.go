@@ -323,15 +323,33 @@ func (c *Case) empty() []string {
 			}
 			return held
 		}
+		seen := c.s.stream.lastSeq()
 		for _, o := range left {
 			if o.GetDeletionTimestamp() == nil {
 				_ = c.s.Client.Delete(ctx, o, client.PropagationPolicy(metav1.DeletePropagationBackground))
 			}
 		}
+		c.awaitChange(ctx, seen, 200*time.Millisecond)
+	}
+}
+
+// awaitChange returns once the stream has a change in the case's namespace after seq, after at most d, or
+// when ctx ends. Changes in other namespaces do not wake it: a cleanup that listed its namespace on every
+// change of a busy suite cost more API calls than the specs it ran beside.
+func (c *Case) awaitChange(ctx context.Context, seq int64, d time.Duration) {
+	deadline := time.NewTimer(d)
+	defer deadline.Stop()
+	for {
+		wake := c.s.notify.wait()
+		if len(c.s.stream.after(c.Namespace, seq)) > 0 {
+			return
+		}
 		select {
 		case <-ctx.Done():
-		case <-c.s.notify.wait():
-		case <-time.After(200 * time.Millisecond):
+			return
+		case <-deadline.C:
+			return
+		case <-wake:
 		}
 	}
 }
