@@ -135,11 +135,15 @@ func (c *Case) differentialErrors(end map[string]map[string]string) []string {
 // decides it by timing (which pod an election picks, say), so the unperturbed runs agreeing on it says
 // nothing. The Differential oracle does not compare it; reason is shown in the spec's report when the oracle
 // runs (ENSEMBLE_BASELINE). Without a
-// kind, name, path or reason the test fails.
+// kind, name, path or reason, or with a malformed path, the test fails.
 func (c *Case) AllowDifference(kind, name, path, reason string) {
 	c.t.Helper()
 	if kind == "" || name == "" || path == "" || strings.TrimSpace(reason) == "" {
 		c.fatalf("suite: AllowDifference(%q, %q, %q, %q): give the object's kind and name, the field path and why its end value may differ", kind, name, path, reason)
+		return
+	}
+	if err := checkFieldPath(path); err != nil {
+		c.fatalf("suite: AllowDifference(%q, %q, %q, ...): %v", kind, name, path, err)
 		return
 	}
 	c.mu.Lock()

@@ -125,7 +125,7 @@ func (sc *Script) RequireStep(name string, do func() error, permits ...Permit) {
 // It returns an error when a change is not permitted (naming it, its fields outside the permitted paths,
 // and what the step permits), when a permitted change is missing at the timeout, or when a Before order does
 // not hold. The error is a verdict on the operator, for a KnownDefect check; a malformed step (a permit
-// declared twice for one object and change type, no permit at all), do's own error and an interrupted run
+// declared twice for one object and change type, a malformed field path, no permit at all), do's own error and an interrupted run
 // fail the test instead, because they say nothing about the operator.
 func (sc *Script) Step(name string, do func() error, permits ...Permit) error {
 	sc.c.t.Helper()
@@ -324,6 +324,11 @@ func flattenPermits(permits []Permit) ([]*permitLeaf, [][2]*permitLeaf, error) {
 			}
 			if l.kind == "" || l.name == "" {
 				return nil, nil, fmt.Errorf("Permits(%s, %q, %q): give the object's kind and name", l.typ, l.kind, l.name)
+			}
+			for _, f := range l.fields {
+				if err := checkFieldPath(f); err != nil {
+					return nil, nil, fmt.Errorf("Permits(%s, %q, %q, ...): %v", l.typ, l.kind, l.name, err)
+				}
 			}
 			k := string(l.typ) + " " + l.kind + "/" + l.name
 			if seen[k] {
