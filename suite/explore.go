@@ -17,9 +17,10 @@ import (
 // perturbationEnv reads the three variables make explore drives a run with: ENSEMBLE_PERTURB (points set
 // on every spec's case, perturb.ParseList's form), ENSEMBLE_BASELINE (directories of unperturbed runs' records,
 // separated by the OS path list separator, for the differential oracle) and ENSEMBLE_EXPLORE (the
-// directory each case writes its record to). A point's writer is not checked against the managers: a spec
-// may start the instance it names (Suite.StartManager); a point that never fires is "not reached" in make
-// explore's table. Errors: a point that does not parse or names an external system the suite lacks, a baseline directory that cannot be read or holds no record, a record that does
+// directory each case writes its record to). A point's writer is not checked against the managers here: a
+// spec may start the instance it names (Suite.StartManager). A point that never fires is "not reached" in make
+// explore's table; one whose writer names nothing that exists at the case's cleanup fails the case (see
+// Case.reportPoints). Errors: a point that does not parse or names an external system the suite lacks, a baseline directory that cannot be read or holds no record, a record that does
 // not parse, an explore directory that cannot be made.
 func (s *Suite) perturbationEnv() error {
 	points, err := perturb.ParseList(os.Getenv("ENSEMBLE_PERTURB"))
