@@ -36,7 +36,8 @@ type Plane struct {
 	// kcm is the plane's kube-controller-manager, when it runs one.
 	kcm *kcm
 	// dir is the plane's working directory (planeDirPrefix): etcd's data, the API server's certificates and
-	// keys, kube-controller-manager's kubeconfig and serving certificate. It is in the pid file from before
+	// keys, kube-controller-manager's kubeconfig and serving certificate, envtest's webhook serving certificates
+	// (moved in once the start returns). It is in the pid file from before
 	// the first process starts, for whoever cleans up after a test process that could not.
 	dir  string
 	once sync.Once
