@@ -236,7 +236,7 @@ func (c *Case) cleanup() {
 	c.stopInvariants()
 	// The perturbation ends before anything is judged: the oracles look at how the operators recover.
 	points, firedAt, failures := c.endPerturbation()
-	c.reportPoints(points, firedAt)
+	failures = append(failures, c.reportPoints(points, firedAt)...)
 	// Failures are reported last, in one Errorf: under Ginkgo, Errorf ends the cleanup there (GinkgoT's
 	// Errorf panics), and the dump and the namespace's deletion must not be skipped.
 	if err := c.invariantErrors(); err != "" {

@@ -17,9 +17,10 @@ import (
 // perturbationEnv reads the three variables make explore drives a run with: ENSEMBLE_PERTURB (points set
 // on every spec's case, perturb.ParseList's form), ENSEMBLE_BASELINE (directories of unperturbed runs' records,
 // separated by the OS path list separator, for the differential oracle) and ENSEMBLE_EXPLORE (the
-// directory each case writes its record to). A point's writer is not checked against the managers: a spec
-// may start the instance it names (Suite.StartManager); a point that never fires is "not reached" in make
-// explore's table. Errors: a point that does not parse or names an external system the suite lacks, a baseline directory that cannot be read or holds no record, a record that does
+// directory each case writes its record to). A point's writer is not checked against the managers here: a
+// spec may start the instance it names (Suite.StartManager). A point that never fires is "not reached" in make
+// explore's table; one whose writer names nothing that exists at the case's cleanup fails the case (see
+// Case.reportPoints). Errors: a point that does not parse or names an external system the suite lacks, a baseline directory that cannot be read or holds no record, a record that does
 // not parse, an explore directory that cannot be made.
 func (s *Suite) perturbationEnv() error {
 	points, err := perturb.ParseList(os.Getenv("ENSEMBLE_PERTURB"))
@@ -135,11 +136,15 @@ func (c *Case) differentialErrors(end map[string]map[string]string) []string {
 // decides it by timing (which pod an election picks, say), so the unperturbed runs agreeing on it says
 // nothing. The Differential oracle does not compare it; reason is shown in the spec's report when the oracle
 // runs (ENSEMBLE_BASELINE). Without a
-// kind, name, path or reason the test fails.
+// kind, name, path or reason, or with a malformed path, the test fails.
 func (c *Case) AllowDifference(kind, name, path, reason string) {
 	c.t.Helper()
 	if kind == "" || name == "" || path == "" || strings.TrimSpace(reason) == "" {
 		c.fatalf("suite: AllowDifference(%q, %q, %q, %q): give the object's kind and name, the field path and why its end value may differ", kind, name, path, reason)
+		return
+	}
+	if err := checkFieldPath(path); err != nil {
+		c.fatalf("suite: AllowDifference(%q, %q, %q, ...): %v", kind, name, path, err)
 		return
 	}
 	c.mu.Lock()

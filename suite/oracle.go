@@ -83,11 +83,15 @@ func (c *Case) OptOut(o Oracle, reason string) {
 // AllowSharedField declares that the leaf field path (as OwnershipOf names it, e.g.
 // "status.conditions[type=Ready].status") of the object kind/name may be owned by more than one field
 // manager at the case's end; reason is shown in the spec's report. The SharedFields oracle still checks
-// every other field.
+// every other field. A malformed path (see the form in its error) fails the test.
 func (c *Case) AllowSharedField(kind, name, path, reason string) {
 	c.t.Helper()
 	if kind == "" || name == "" || path == "" || strings.TrimSpace(reason) == "" {
 		c.fatalf("suite: AllowSharedField(%q, %q, %q, %q): give the object's kind and name, the field path and why two field managers may own it", kind, name, path, reason)
+		return
+	}
+	if err := checkFieldPath(path); err != nil {
+		c.fatalf("suite: AllowSharedField(%q, %q, %q, ...): %v", kind, name, path, err)
 		return
 	}
 	c.mu.Lock()

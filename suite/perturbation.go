@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -89,7 +90,8 @@ type fired struct {
 // Perturb sets point p on the case from now on: its writer's writes in the case's namespace are counted from
 // the call, and the point fires as perturb.Point says. The case's cleanup ends every point (releasing what
 // is held) before the oracles judge the end state. A point that names an external system the suite does not
-// have (Options.Externals) fails the test.
+// have (Options.Externals) fails the test; one that never fired and whose writer names no manager, controller
+// or recorded writer fails it at the case's cleanup, naming the writers there are.
 func (c *Case) Perturb(p perturb.Point) {
 	c.t.Helper()
 	if err := c.s.checkPoint(p); err != nil {
@@ -482,22 +484,63 @@ func (c *Case) endPerturbation() (points, firedAt, errs []string) {
 }
 
 // reportPoints adds a report entry (shown without -v) for a case that had points: where each fired, or that
-// it never did (no write of its writer, on its object, reached its trigger; check the writer's name).
-func (c *Case) reportPoints(points, firedAt []string) {
+// it never did (no write of its writer, on its object, reached its trigger). It returns one failure line per
+// point that never fired and whose writer names nothing that exists (a typo in ENSEMBLE_PERTURB or
+// Case.Perturb): no manager, no controller of one, no writer the recorder saw in the case's namespace.
+func (c *Case) reportPoints(points, firedAt []string) []string {
 	if len(points) == 0 {
-		return
+		return nil
 	}
 	lines := append([]string(nil), firedAt...)
+	var failures []string
+	var writers []string
 	for _, p := range points {
-		if !slices.ContainsFunc(firedAt, func(f string) bool { return strings.HasPrefix(f, p+" at ") }) {
-			if pt, err := perturb.Parse(p); err == nil && pt.Change > 0 {
-				lines = append(lines, p+" never fired: its object did not change that often as the writer's manager's cache watches it (does that manager watch the kind?)")
+		if slices.ContainsFunc(firedAt, func(f string) bool { return strings.HasPrefix(f, p+" at ") }) {
+			continue
+		}
+		pt, err := perturb.Parse(p)
+		if err == nil {
+			if writers == nil {
+				writers = c.s.writers(c.Namespace)
+			}
+			if !slices.ContainsFunc(writers, pt.Names) {
+				failures = append(failures, fmt.Sprintf("suite: point %s names writer %q, which is no manager, controller or writer of this suite: name one of %s", p, pt.Writer, strings.Join(writers, ", ")))
 				continue
 			}
-			lines = append(lines, p+" never fired: no write of its writer reached its trigger (is the writer manager or manager/controller as the writes name it?)")
 		}
+		if err == nil && pt.Change > 0 {
+			lines = append(lines, p+" never fired: its object did not change that often as the writer's manager's cache watches it (does that manager watch the kind?)")
+			continue
+		}
+		lines = append(lines, p+" never fired: no write of its writer reached its trigger (is the writer manager or manager/controller as the writes name it?)")
 	}
 	c.report("perturbation", strings.Join(lines, "\n"))
+	return failures
+}
+
+// writers lists, sorted, the writers a point may name in namespace ns: each manager, each manager/controller
+// of the controllers it wrapped, and each writer of a write recorded in ns (the spec's own case/spec aside).
+func (s *Suite) writers(ns string) []string {
+	set := map[string]bool{}
+	s.mu.Lock()
+	for name, m := range s.managers {
+		set[name] = true
+		for ctrl := range m.wm.wrapped {
+			set[name+"/"+ctrl] = true
+		}
+	}
+	s.mu.Unlock()
+	for _, w := range s.rec.writes(ns, WriteFilter{}) {
+		if w.Manager != caseManager {
+			set[w.writer()] = true
+		}
+	}
+	out := make([]string, 0, len(set))
+	for w := range set {
+		out = append(out, w)
+	}
+	sort.Strings(out)
+	return out
 }
 
 // groupResource names kind's resource for an injected error, through the client's REST mapper (the lowered

@@ -112,6 +112,26 @@ func testPerturbation(t *testing.T, s *Suite) {
 			p.runCleanups()
 		}
 	})
+	t.Run("a writer that names nothing fails the case", func(t *testing.T) {
+		// As ENSEMBLE_PERTURB sets them: a typo of the manager fails the case naming the writers there are; a
+		// real writer whose point did not fire is only reported.
+		s.runPoints = []perturb.Point{{Mode: perturb.Conflict, Writer: "opp", Nth: 1},
+			{Mode: perturb.Conflict, Writer: "op/looper", Object: "ConfigMap/none", Nth: 1}}
+		defer func() { s.runPoints = nil }()
+		p := &probeTB{name: "writer typo"}
+		c := s.NewCase(p)
+		createSeen(t, c, "m")
+		p.runCleanups()
+		msg := strings.Join(p.errors, "\n")
+		want := `suite: point conflict@opp#1 names writer "opp", which is no manager, controller or writer of this suite: name one of `
+		if !strings.Contains(msg, want) || !strings.Contains(msg, "op, op/configmap, op/looper") || strings.Contains(msg, `"op/looper"`) {
+			t.Fatalf("cleanup errors %q, want one line for opp naming op, op/configmap and op/looper, none for op/looper", p.errors)
+		}
+		t.Log(msg)
+		if r := strings.Join(p.reports, "\n"); !strings.Contains(r, "conflict@op/looper:ConfigMap/none#1 never fired") {
+			t.Fatalf("reports %q, want the real writer's point reported as never fired", p.reports)
+		}
+	})
 	t.Run("change triggers", func(t *testing.T) {
 		c := s.NewCase(t)
 		// The case's creation of cc is its first change: the marker's next write is refused.

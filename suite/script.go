@@ -1,13 +1,17 @@
 package suite
 
 import (
+	"context"
 	"errors"
 	"fmt"
-	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 )
 
 // stepTimeout bounds how long a script step waits for the changes it permits. It never makes a step pass;
@@ -85,7 +89,10 @@ type Script struct {
 	c      *Case
 	name   string
 	cursor int64
-	last   []*permitLeaf
+	// from is the API server's resourceVersion when the script began: a change at or below it was made
+	// before, however late the stream delivers it, and is no step's.
+	from uint64
+	last []*permitLeaf
 	// finished is set by Finish; failed holds a step error that no pin took (see Case.KnownDefect).
 	finished bool
 	failed   *scriptError
@@ -100,12 +107,21 @@ type scriptError struct {
 
 func (e *scriptError) Error() string { return e.msg }
 
-// Script starts a closed-world script named name over the case's namespace: changes seen before this call
-// are outside it. The case's cleanup fails the test when the script was never finished (RequireFinish, or
+// Script starts a closed-world script named name over the case's namespace: changes made before this call
+// are outside it, even those the event stream delivers after it (the script starts at the resourceVersion
+// a fresh list answers with, ordered after every write that returned before the call). A list that fails
+// fails the test. The case's cleanup fails the test when the script was never finished (RequireFinish, or
 // Finish in a pin body) and when a step's error was dropped instead of failing the spec or being returned
 // from a KnownDefect check.
 func (c *Case) Script(name string) *Script {
+	c.t.Helper()
 	sc := &Script{c: c, name: name, cursor: c.s.stream.lastSeq()}
+	// The cursor is taken first: whatever the stream saw before it was made before the list below.
+	from, err := c.s.revision(c.t.Context())
+	if err != nil {
+		c.fatalf("suite: Script(%q): reading the API server's current resourceVersion, where the script begins: %v", name, err)
+	}
+	sc.from = from
 	c.mu.Lock()
 	c.scripts = append(c.scripts, sc)
 	c.mu.Unlock()
@@ -125,7 +141,7 @@ func (sc *Script) RequireStep(name string, do func() error, permits ...Permit) {
 // It returns an error when a change is not permitted (naming it, its fields outside the permitted paths,
 // and what the step permits), when a permitted change is missing at the timeout, or when a Before order does
 // not hold. The error is a verdict on the operator, for a KnownDefect check; a malformed step (a permit
-// declared twice for one object and change type, no permit at all), do's own error and an interrupted run
+// declared twice for one object and change type, a malformed field path, no permit at all), do's own error and an interrupted run
 // fail the test instead, because they say nothing about the operator.
 func (sc *Script) Step(name string, do func() error, permits ...Permit) error {
 	sc.c.t.Helper()
@@ -156,6 +172,9 @@ func (sc *Script) Step(name string, do func() error, permits ...Permit) error {
 		wake := sc.c.s.notify.wait()
 		for _, ch := range sc.c.s.stream.after(sc.c.Namespace, sc.cursor) {
 			sc.cursor = ch.Seq
+			if !sc.own(ch) {
+				continue
+			}
 			if err := m.take(ch); err != nil {
 				return sc.fail(fmt.Sprintf("%s: %v\n  it permits:\n%s\n  seen in this step:\n%s", where, err, indent(leafLines(leaves)), indent(m.seenLines())))
 			}
@@ -215,7 +234,7 @@ func (sc *Script) Finish(within time.Duration) error {
 		wake := sc.c.s.notify.wait()
 		for _, ch := range sc.c.s.stream.after(sc.c.Namespace, sc.cursor) {
 			sc.cursor = ch.Seq
-			if !repeatAllowed(sc.last, ch) {
+			if sc.own(ch) && !repeatAllowed(sc.last, ch) {
 				return sc.fail(fmt.Sprintf("%s: %s arrived within %s and no step permits it: every change a script sees must be permitted by the step that caused it", where, ch, within))
 			}
 		}
@@ -299,7 +318,12 @@ func (c *Case) scriptErrors() []string {
 		case sc.failed != nil && !sc.failed.taken && !c.t.Failed():
 			out = append(out, fmt.Sprintf("suite: a step error of script %q was dropped: fail the spec with it (RequireStep) or return it from a KnownDefect check: %s", sc.name, sc.failed.msg))
 		case sc.failed == nil && !sc.finished:
-			left := sc.c.s.stream.after(c.Namespace, sc.cursor)
+			var left []Change
+			for _, ch := range sc.c.s.stream.after(c.Namespace, sc.cursor) {
+				if sc.own(ch) {
+					left = append(left, ch)
+				}
+			}
 			msg := fmt.Sprintf("suite: script %q was never finished: end it with RequireFinish (or Finish in a pin body); what happened after its last step went unexamined", sc.name)
 			if len(left) > 0 {
 				msg += fmt.Sprintf(", %d changes such as %s", len(left), left[0])
@@ -308,6 +332,28 @@ func (c *Case) scriptErrors() []string {
 		}
 	}
 	return out
+}
+
+// own reports whether ch was made after the script began (a resourceVersion that is not a number counts as
+// made after).
+func (sc *Script) own(ch Change) bool {
+	rv, err := strconv.ParseUint(ch.ResourceVersion, 10, 64)
+	return err != nil || rv > sc.from
+}
+
+// revision is the API server's current resourceVersion, from a list of one namespace (a list without a
+// resourceVersion is read at the latest one). Errors: the API server's, or a resourceVersion that is not a
+// number.
+func (s *Suite) revision(ctx context.Context) (uint64, error) {
+	l := &corev1.NamespaceList{}
+	if err := s.Client.List(ctx, l, client.Limit(1)); err != nil {
+		return 0, err
+	}
+	rv, err := strconv.ParseUint(l.ResourceVersion, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("the list's resourceVersion %q is not a number", l.ResourceVersion)
+	}
+	return rv, nil
 }
 
 // flattenPermits joins a step's permits and checks that each object and change type is permitted once.
@@ -324,6 +370,11 @@ func flattenPermits(permits []Permit) ([]*permitLeaf, [][2]*permitLeaf, error) {
 			}
 			if l.kind == "" || l.name == "" {
 				return nil, nil, fmt.Errorf("Permits(%s, %q, %q): give the object's kind and name", l.typ, l.kind, l.name)
+			}
+			for _, f := range l.fields {
+				if err := checkFieldPath(f); err != nil {
+					return nil, nil, fmt.Errorf("Permits(%s, %q, %q, ...): %v", l.typ, l.kind, l.name, err)
+				}
 			}
 			k := string(l.typ) + " " + l.kind + "/" + l.name
 			if seen[k] {

@@ -96,6 +96,34 @@ func testScripts(t *testing.T, s *Suite) {
 			t.Fatalf("step error %v, fatals %q, errors %q: want one fatal naming the unwatched kind and no unfinished-script complaint", err, p.fatals, p.errors)
 		}
 	})
+	t.Run("a change made before the script", func(t *testing.T) {
+		// A write that returned before Script was called is outside the script even when the event stream
+		// delivers it after the call: each round updates pre and starts a script at once whose step permits
+		// only another object's changes.
+		c := s.NewCase(t)
+		setup := c.Script("setup")
+		setup.RequireStep("create pre", func() error { return c.Create(cm("pre", false)) }, marked("pre"))
+		setup.RequireFinish(0)
+		const rounds = 20
+		var judged []string
+		for i := range rounds {
+			pre := &corev1.ConfigMap{}
+			if err := c.Update("pre", pre, func() { pre.Data["round"] = strconv.Itoa(i) }); err != nil {
+				t.Fatal(err)
+			}
+			name := "a-" + strconv.Itoa(i)
+			sc := c.Script("round " + strconv.Itoa(i))
+			err := sc.Step("create "+name, func() error { return c.Create(cm(name, false)) }, marked(name))
+			if err != nil {
+				judged = append(judged, err.Error())
+				continue
+			}
+			sc.RequireFinish(0)
+		}
+		if len(judged) > 0 {
+			t.Fatalf("%d of %d scripts judged a change made before they began, e.g.:\n%s", len(judged), rounds, judged[0])
+		}
+	})
 	t.Run("a change after the last step", func(t *testing.T) {
 		_, err := probe(t, "late", func(c *Case, sc *Script) error {
 			if err := sc.Step("create a", func() error { return c.Create(cm("a", false)) }, marked("a")); err != nil {

@@ -49,8 +49,9 @@ func (p *Plane) StartKubeControllerManager(controllers []string, log io.Writer) 
 	if err != nil {
 		return fmt.Errorf("ensemble: kube-controller-manager: its kubeconfig: %w", err)
 	}
-	dir, err := os.MkdirTemp("", "ensemble-kcm-")
-	if err != nil {
+	// In the plane's working directory, which the watchdog and the next Start remove after a SIGKILL.
+	dir := filepath.Join(p.dir, "kube-controller-manager")
+	if err := os.Mkdir(dir, 0o700); err != nil {
 		return fmt.Errorf("ensemble: kube-controller-manager: %w: point TMPDIR at a writable directory", err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "kubeconfig"), kubeconfig, 0o600); err != nil {

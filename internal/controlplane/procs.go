@@ -1,6 +1,7 @@
 package controlplane
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -9,10 +10,16 @@ import (
 	"time"
 )
 
-// Process bookkeeping: Boot writes the pids of the kube-apiserver and etcd it started to
-// <temp dir>/ensemble-pids/<test process pid>. Stop kills whatever envtest left alive and removes the file.
-// A test process killed outright (SIGKILL, OOM) cannot clean up, so the next Boot on the machine kills the
-// control planes listed in the file of any test process that no longer exists.
+// Process bookkeeping: Boot writes the pids of the kube-apiserver, etcd and kube-controller-manager it
+// started, and the plane's working directory, to <temp dir>/ensemble-pids/<test process pid>. Stop kills
+// whatever envtest left alive and removes the directory and the file. A test process killed outright
+// (SIGKILL, OOM) cannot clean up: its watchdog does, and the next Boot on the machine kills the control
+// planes listed in the file of any test process that no longer exists and removes every working directory
+// whose name carries the pid of a process that no longer exists.
+
+// planeDirPrefix starts the name of a plane's working directory in the temp directory:
+// ensemble-plane-<test process pid>-<random>.
+const planeDirPrefix = "ensemble-plane-"
 
 // controlPlaneNames are the command names of the processes a plane starts; the kernel cuts a command name
 // to 15 characters, so kube-controller-manager shows as "kube-controller".
@@ -89,8 +96,11 @@ func KillAll(pids []int) {
 	}
 }
 
-// ReapOrphans kills the control planes recorded by test processes that no longer exist.
+// ReapOrphans kills the control planes recorded by test processes that no longer exist, and removes the
+// working directories (planeDirPrefix) of test processes that no longer exist, recorded or not (a process
+// killed between making its directory and writing its pid file).
 func ReapOrphans() {
+	defer reapPlaneDirs()
 	entries, _ := os.ReadDir(pidDir())
 	for _, e := range entries {
 		owner, err := strconv.Atoi(e.Name())
@@ -132,5 +142,23 @@ func KillNow(pids []int) {
 		if !alive {
 			return
 		}
+	}
+}
+
+// reapPlaneDirs removes the planes' working directories in the temp directory whose owner (the pid in the
+// name) no longer exists.
+func reapPlaneDirs() {
+	entries, _ := os.ReadDir(os.TempDir())
+	for _, e := range entries {
+		rest, ok := strings.CutPrefix(e.Name(), planeDirPrefix)
+		if !ok || !e.IsDir() {
+			continue
+		}
+		pid, _, _ := strings.Cut(rest, "-")
+		owner, err := strconv.Atoi(pid)
+		if err != nil || owner <= 0 || !errors.Is(syscall.Kill(owner, 0), syscall.ESRCH) {
+			continue
+		}
+		_ = os.RemoveAll(filepath.Join(os.TempDir(), e.Name()))
 	}
 }

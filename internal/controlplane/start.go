@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -34,9 +35,11 @@ type Plane struct {
 	seen map[string]bool
 	// kcm is the plane's kube-controller-manager, when it runs one.
 	kcm *kcm
-	// dirs are envtest's working directories (etcd's data, the API server's certificates), for whoever
-	// cleans up after a test process that could not.
-	dirs []string
+	// dir is the plane's working directory (planeDirPrefix): etcd's data, the API server's certificates and
+	// keys, kube-controller-manager's kubeconfig and serving certificate, envtest's webhook serving certificates
+	// (moved in once the start returns). It is in the pid file from before
+	// the first process starts, for whoever cleans up after a test process that could not.
+	dir  string
 	once sync.Once
 	err  error
 	done chan struct{}
@@ -70,7 +73,12 @@ func Start(env *envtest.Environment, onSignal func()) (*Plane, error) {
 	if err := CheckVersions(env.BinaryAssetsDirectory); err != nil {
 		return nil, err
 	}
-	if err := checkTempDir(); err != nil {
+	dir, err := makePlaneDir()
+	if err != nil {
+		return nil, err
+	}
+	if err := useDir(env, dir); err != nil {
+		_ = os.RemoveAll(dir)
 		return nil, err
 	}
 	bound := env.ControlPlaneStartTimeout
@@ -83,8 +91,9 @@ func Start(env *envtest.Environment, onSignal func()) (*Plane, error) {
 	beatTestTimeout()
 	startMu.Lock()
 	defer startMu.Unlock()
-	p := &Plane{env: env, seen: map[string]bool{}, done: make(chan struct{}), interrupted: make(chan struct{})}
+	p := &Plane{env: env, dir: dir, seen: map[string]bool{}, done: make(chan struct{}), interrupted: make(chan struct{})}
 	register(p)
+	recordPlanes()
 	p.watchSignals(onSignal)
 	stopTracking := p.track(others(p))
 	cfg, err := p.startWithin(bound)
@@ -107,11 +116,15 @@ func Start(env *envtest.Environment, onSignal func()) (*Plane, error) {
 	// of kube-apiserver's, compressing each watch stream).
 	cfg.DisableCompression = true
 	p.Config = cfg
-	p.mu.Lock()
-	if cp := env.ControlPlane; cp.Etcd != nil && cp.APIServer != nil {
-		p.dirs = []string{cp.Etcd.DataDir, cp.APIServer.CertDir}
+	// envtest always makes the webhook serving certificates' directory (envtest-serving-certs-*) in the temp
+	// directory, webhooks or not: move it into the plane's, which the watchdog and the next Start remove
+	// after a SIGKILL (envtest's Stop removes it where LocalServingCertDir says).
+	if wh := &env.WebhookInstallOptions; wh.LocalServingCertDir != "" && !strings.HasPrefix(wh.LocalServingCertDir, dir+string(filepath.Separator)) {
+		moved := filepath.Join(dir, "webhook-serving-certs")
+		if os.Rename(wh.LocalServingCertDir, moved) == nil {
+			wh.LocalServingCertDir = moved
+		}
 	}
-	p.mu.Unlock()
 	recordPlanes()
 	return p, nil
 }
@@ -167,13 +180,32 @@ func (p *Plane) startError(err error) error {
 	}
 }
 
-// checkTempDir checks that envtest can make its working directories under the temp directory.
-func checkTempDir() error {
-	dir, err := os.MkdirTemp("", "ensemble-check-")
+// makePlaneDir makes a plane's working directory under the temp directory, named after this process
+// (planeDirPrefix) so that the next Start can tell it is stale once this process is gone.
+func makePlaneDir() (string, error) {
+	dir, err := os.MkdirTemp("", planeDirPrefix+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {
-		return fmt.Errorf("ensemble: cannot create envtest's working directories under %s (TMPDIR): %v: point TMPDIR at a writable directory", os.TempDir(), err)
+		return "", fmt.Errorf("ensemble: cannot create envtest's working directories under %s (TMPDIR): %v: point TMPDIR at a writable directory", os.TempDir(), err)
 	}
-	return os.Remove(dir)
+	return dir, nil
+}
+
+// useDir points etcd's data directory and the API server's certificate directory of env at
+// subdirectories of dir, unless the caller chose them. Errors: a subdirectory that cannot be made.
+func useDir(env *envtest.Environment, dir string) error {
+	if env.ControlPlane.Etcd == nil {
+		env.ControlPlane.Etcd = &envtest.Etcd{}
+	}
+	for sub, d := range map[string]*string{"etcd": &env.ControlPlane.Etcd.DataDir, "kube-apiserver": &env.ControlPlane.GetAPIServer().CertDir} {
+		if *d != "" {
+			continue
+		}
+		if err := os.Mkdir(filepath.Join(dir, sub), 0o700); err != nil {
+			return fmt.Errorf("ensemble: cannot create envtest's working directories: %v: point TMPDIR at a writable directory", err)
+		}
+		*d = filepath.Join(dir, sub)
+	}
+	return nil
 }
 
 func (p *Plane) children() []int {
@@ -235,6 +267,7 @@ func (p *Plane) Stop() error {
 		}
 		// envtest stops its own processes; kill any it missed.
 		KillAll(p.children())
+		_ = os.RemoveAll(p.dir)
 		unregister(p)
 		close(p.done)
 	})
@@ -301,21 +334,19 @@ func others(p *Plane) map[int]bool {
 	return out
 }
 
-// recordPlanes writes the processes of every plane of this process to its pid file, or removes the file
-// when there are none.
+// recordPlanes writes the processes and working directories of every plane of this process to its pid
+// file, or removes the file when there are none.
 func recordPlanes() {
 	planesMu.Lock()
 	var pids []int
 	var dirs []string
 	for q := range planes {
 		pids = append(pids, q.children()...)
-		q.mu.Lock()
-		dirs = append(dirs, q.dirs...)
-		q.mu.Unlock()
+		dirs = append(dirs, q.dir)
 	}
 	planesMu.Unlock()
 	path := filepath.Join(pidDir(), fmt.Sprint(os.Getpid()))
-	if len(pids) == 0 {
+	if len(pids) == 0 && len(dirs) == 0 {
 		_ = os.Remove(path)
 		return
 	}

@@ -113,7 +113,7 @@ func (p Point) Fires(n int) bool {
 // kind/name is one the point counts: a write trigger's, by Writer on Object. A change trigger counts no
 // write: Object's changes are counted in Writer's manager's watch (see Refuses for its fault modes).
 func (p Point) Counts(writer, kind, name string) bool {
-	if p.Change > 0 || !p.writes(writer) {
+	if p.Change > 0 || !p.Names(writer) {
 		return false
 	}
 	return p.Object == "" || p.Object == kind+"/"+name
@@ -122,7 +122,7 @@ func (p Point) Counts(writer, kind, name string) bool {
 // Refuses reports whether a fault point whose change trigger fired refuses a write by writer: any write of
 // Writer, on any object.
 func (p Point) Refuses(writer string) bool {
-	return p.Change > 0 && p.Mode.Fault() && p.writes(writer)
+	return p.Change > 0 && p.Mode.Fault() && p.Names(writer)
 }
 
 // Manager is the manager part of Writer ("multigres" of "multigres/multigres-shard").
@@ -131,7 +131,9 @@ func (p Point) Manager() string {
 	return m
 }
 
-func (p Point) writes(writer string) bool {
+// Names reports whether writer ("manager/controller", or a manager alone) is Writer or one of its
+// controllers: whether the point's Writer names it.
+func (p Point) Names(writer string) bool {
 	return writer == p.Writer || strings.HasPrefix(writer, p.Writer+"/")
 }
 
