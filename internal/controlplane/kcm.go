@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
@@ -45,7 +46,7 @@ func (p *Plane) StartKubeControllerManager(controllers []string, log io.Writer) 
 	if err != nil {
 		return fmt.Errorf("ensemble: kube-controller-manager: a user for it: %w", err)
 	}
-	kubeconfig, err := user.KubeConfig()
+	kubeconfig, err := uncompressedKubeConfig(user)
 	if err != nil {
 		return fmt.Errorf("ensemble: kube-controller-manager: its kubeconfig: %w", err)
 	}
@@ -103,4 +104,21 @@ func (p *Plane) stopKCM() {
 		<-k.done
 	}
 	_ = os.RemoveAll(k.dir)
+}
+
+// uncompressedKubeConfig is user's kubeconfig with disable-compression set on its cluster, as the test
+// process's own clients have it: kube-controller-manager's watches then cost kube-apiserver no gzip.
+func uncompressedKubeConfig(user *envtest.AuthenticatedUser) ([]byte, error) {
+	raw, err := user.KubeConfig()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := clientcmd.Load(raw)
+	if err != nil {
+		return nil, err
+	}
+	for _, c := range cfg.Clusters {
+		c.DisableCompression = true
+	}
+	return clientcmd.Write(*cfg)
 }
