@@ -16,6 +16,15 @@ SUITE_TIMEOUT ?= 20m
 help: ## List the targets.
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-18s %s\n", $$1, $$2}'
 
+# The timeline's browser test (suite/timeline_test.go) opens its page in Chrome or Chromium. tools/browser/browser.sh
+# finds one (CHROME, then the names chromedp looks for) or installs Debian's chromium with apt-get; make passes the
+# path it found to go test as CHROME.
+BROWSER_PATH = $(shell tools/browser/browser.sh --find)
+
+.PHONY: browser
+browser: ## Find Chrome or Chromium for the timeline's browser test (CHROME, then chromedp's names), else install Debian's chromium with apt-get; print its path.
+	@tools/browser/browser.sh
+
 .PHONY: envtest-assets
 envtest-assets: ## Build kube-apiserver v1.37.2, kube-controller-manager v1.37.2 and etcd v3.6.16 from their Go modules (skipped when present).
 	@tools/envtest/build.sh >/dev/null
@@ -52,8 +61,8 @@ $(GINKGO): go.mod go.sum
 # The scenario suite runs after the other packages, not beside them: its rate measurements (the migration
 # storm's passes per operator second) should not share the two cores with the operators' own envtest tests.
 .PHONY: test
-test: envtest-assets $(GINKGO) ## Unit tests, the scenario suite and the KubeRay example: what CI runs.
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -count=1 -timeout $(SUITE_TIMEOUT) $$($(GO) list ./... | grep -v /scenarios$$)
+test: envtest-assets browser $(GINKGO) ## Unit tests, the scenario suite and the KubeRay example: what CI runs.
+	CHROME="$(BROWSER_PATH)" KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -count=1 -timeout $(SUITE_TIMEOUT) $$($(GO) list ./... | grep -v /scenarios$$)
 	$(RUN_SUITE) $(GINKGO_ARGS) ./scenarios
 	$(MAKE) --no-print-directory example
 
@@ -68,8 +77,8 @@ test-suite: envtest-assets $(GINKGO) ## The scenario suite alone, verbose so pin
 	$(if $(REPORT_DIR),ENSEMBLE_ARTIFACTS=$(abspath $(REPORT_DIR))/artifacts) $(RUN_SUITE) -v $(GINKGO_ARGS) ./scenarios
 
 .PHONY: test-race
-test-race: envtest-assets $(GINKGO) ## Unit tests, the scenario suite and the KubeRay example under the race detector.
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -race -count=1 -timeout $(SUITE_TIMEOUT) $$($(GO) list ./... | grep -v /scenarios$$)
+test-race: envtest-assets browser $(GINKGO) ## Unit tests, the scenario suite and the KubeRay example under the race detector.
+	CHROME="$(BROWSER_PATH)" KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -race -count=1 -timeout $(SUITE_TIMEOUT) $$($(GO) list ./... | grep -v /scenarios$$)
 	$(RUN_SUITE) --race $(GINKGO_ARGS) ./scenarios
 	cd examples/kuberay && KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -race -count=1 -timeout $(SUITE_TIMEOUT) ./...
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -148,7 +149,7 @@ func TestTimelineTrace(t *testing.T) {
 	}
 }
 
-// TestTimelineInBrowser opens a timeline page from disk in headless Chromium and reads what it shows.
+// TestTimelineInBrowser opens a timeline page from disk in headless Chrome or Chromium and reads what it shows.
 func TestTimelineInBrowser(t *testing.T) {
 	s, since, marks := timelineHistory(t)
 	htmlPath, _, err := s.writeTimeline(timelineNS, "TestTimeline/in a browser", since, marks)
@@ -250,20 +251,26 @@ func TestTimelineInBrowser(t *testing.T) {
 // seenInBrowser is what a page did while open: the URLs it requested and its script errors and dialogs.
 type seenInBrowser struct{ requests, problems []string }
 
-// openHeadless opens pageURL in a fresh headless Chromium (/usr/bin/chromium) and returns the tab's context
-// (ended with the test) and what the page did so far. A missing Chromium fails the test with the install
-// command.
+// noBrowser is the line the timeline's browser test fails with when it finds no Chrome or Chromium.
+const noBrowser = "no Chrome or Chromium for the timeline's browser test (CHROME is unset and none of the names chromedp looks for is on PATH): run make test, which finds one or installs Debian's chromium (make browser does only that), or set CHROME=/path/to/chrome"
+
+// openHeadless opens pageURL in a fresh headless Chrome or Chromium and returns the tab's context (ended with
+// the test) and what the page did so far. The browser is CHROME when it is set (make test sets it to what
+// tools/browser/browser.sh found), else the one chromedp's own lookup finds. No browser fails the test with
+// one line that says how to get one. The flags are chromedp's defaults (Puppeteer's: no background networking,
+// extensions or sync) and what a root user in a container on a closed network needs besides.
 func openHeadless(t *testing.T, pageURL string) (context.Context, func() seenInBrowser) {
 	t.Helper()
-	const chromium = "/usr/bin/chromium"
-	if _, err := os.Stat(chromium); err != nil {
-		t.Fatalf("headless Chromium is needed at %s for the timeline's browser test: apt-get install -y chromium", chromium)
-	}
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(),
-		chromedp.ExecPath(chromium), chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU,
-		chromedp.Flag("disable-quic", true), chromedp.NoFirstRun, chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.NoSandbox, chromedp.DisableGPU,
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true),
 		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1600, 900))
+	if chrome := os.Getenv("CHROME"); chrome != "" {
+		if _, err := exec.LookPath(chrome); err != nil {
+			t.Fatalf("CHROME=%s is not an executable (%v): set CHROME to a Chrome or Chromium binary, or unset it to let chromedp look for one", chrome, err)
+		}
+		opts = append(opts, chromedp.ExecPath(chrome))
+	}
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	var mu sync.Mutex
 	var seen seenInBrowser
 	ctx, cancel := chromedp.NewContext(alloc, chromedp.WithListener(func(ev any) {
@@ -281,7 +288,10 @@ func openHeadless(t *testing.T, pageURL string) (context.Context, func() seenInB
 	ctx, cancelTimeout := context.WithTimeout(ctx, 60*time.Second)
 	t.Cleanup(func() { cancelTimeout(); cancel(); cancelAlloc() })
 	if err := chromedp.Do(ctx, chromedp.Navigate(pageURL)); err != nil {
-		t.Fatalf("opening %s in headless Chromium: %v", pageURL, err)
+		if errors.Is(err, exec.ErrNotFound) {
+			t.Fatal(noBrowser)
+		}
+		t.Fatalf("opening %s in headless Chrome or Chromium: %v", pageURL, err)
 	}
 	return ctx, func() seenInBrowser {
 		mu.Lock()
