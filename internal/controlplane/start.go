@@ -298,7 +298,7 @@ func others(p *Plane) map[int]bool {
 }
 
 // recordPlanes writes the processes of every plane of this process to its pid file, or removes the file
-// when there are none.
+// (and the pid directory, when empty) when there are none.
 func recordPlanes() {
 	planesMu.Lock()
 	var pids []int
@@ -313,6 +313,9 @@ func recordPlanes() {
 	path := filepath.Join(pidDir(), fmt.Sprint(os.Getpid()))
 	if len(pids) == 0 {
 		_ = os.Remove(path)
+		// The directory too, once no test process has a file there (Remove refuses a non-empty one), so a
+		// passing run leaves nothing in TMPDIR.
+		_ = os.Remove(pidDir())
 		return
 	}
 	var b strings.Builder
