@@ -4,10 +4,13 @@
 package proc
 
 import (
+	"bytes"
 	"context"
 	"os"
 	"os/exec"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 )
@@ -59,9 +62,14 @@ func Run(ctx context.Context, cmd *exec.Cmd) error {
 		case <-ctx.Done():
 		}
 		_ = syscall.Kill(-pgid, syscall.SIGINT)
-		select {
-		case <-done:
-		case <-time.After(grace):
+		// Until cmd has exited (a zombie: Wait may still be copying output that a background job holds
+		// open) or the grace is over; then the rest of the group goes.
+		for deadline := time.Now().Add(grace); time.Now().Before(deadline) && !exited(pgid); {
+			select {
+			case <-done:
+				deadline = time.Time{}
+			case <-time.After(20 * time.Millisecond):
+			}
 		}
 		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	}()
@@ -69,4 +77,14 @@ func Run(ctx context.Context, cmd *exec.Cmd) error {
 	close(done)
 	<-ended
 	return err
+}
+
+// exited says pid is a zombie (it has exited and its parent has not reaped it yet) or gone.
+func exited(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	return len(f) == 0 || f[0] == "Z" || f[0] == "X"
 }
