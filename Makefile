@@ -86,10 +86,19 @@ test-race: envtest-assets browser $(GINKGO) ## Unit tests, the scenario suite an
 # operator's specs; it fails when an entry flips none of its own specs. IDS=ID,ID flips only those entries.
 IDS ?=
 
+# The commands are built into bin/ and run directly, not with go run: GNU make forwards SIGTERM to its
+# child (not SIGINT: a Ctrl-C reaches the whole terminal group anyway), and go run dies of SIGTERM
+# without passing it on, which left the command and its envtest running. Phony: go build decides what
+# is stale.
+COMMANDS := $(addprefix $(BIN)/,explore mutate defectmatrix)
+.PHONY: $(COMMANDS)
+$(COMMANDS): $(BIN)/%:
+	@$(GO) build -o $@ ./internal/cmd/$*
+
 .PHONY: defect-matrix
-defect-matrix: envtest-assets ## Flip each catalog entry in turn and check that its own specs change verdict: the matrix, non-zero when one flips none (IDS=ID,ID; REPORT_DIR=dir writes defect-matrix.json and each run's report).
+defect-matrix: envtest-assets $(BIN)/defectmatrix ## Flip each catalog entry in turn and check that its own specs change verdict: the matrix, non-zero when one flips none (IDS=ID,ID; REPORT_DIR=dir writes defect-matrix.json and each run's report).
 	@$(if $(REPORT_DIR),mkdir -p $(REPORT_DIR))
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) run ./internal/cmd/defectmatrix -timeout $(SUITE_TIMEOUT) \
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(BIN)/defectmatrix -timeout $(SUITE_TIMEOUT) \
 	  $(if $(IDS),-ids "$(IDS)") $(if $(REPORT_DIR),-report-dir $(abspath $(REPORT_DIR)))
 
 # make bisect and make flake read GOOD, BAD, FOCUS, N and LABELS from make's command line (or the environment),
@@ -125,8 +134,8 @@ SUITE ?=
 EXPLORE_JOBS ?= 1
 
 .PHONY: explore
-explore: envtest-assets ## Perturb the FOCUS=<spec regexp> specs one point at a time and compare with their unperturbed runs: point | mode | verdict | first difference, a rerun command per failing point (MODES=a,b|all, BUDGET=40|20m, POINTS=, REPEAT=n, SUITE=examples/kuberay, EXPLORE_JOBS=1, REPORT_DIR=dir).
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) run ./internal/cmd/explore -focus "$$FOCUS" -j $(EXPLORE_JOBS) -timeout $(SUITE_TIMEOUT) \
+explore: envtest-assets $(BIN)/explore ## Perturb the FOCUS=<spec regexp> specs one point at a time and compare with their unperturbed runs: point | mode | verdict | first difference, a rerun command per failing point (MODES=a,b|all, BUDGET=40|20m, POINTS=, REPEAT=n, SUITE=examples/kuberay, EXPLORE_JOBS=1, REPORT_DIR=dir).
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(BIN)/explore -focus "$$FOCUS" -j $(EXPLORE_JOBS) -timeout $(SUITE_TIMEOUT) \
 	  $(if $(MODES),-modes "$$MODES") $(if $(BUDGET),-budget "$(BUDGET)") $(if $(POINTS),-points "$$POINTS") \
 	  $(if $(REPEAT),-repeat "$(REPEAT)") $(if $(SUITE),-suite "$(SUITE)") $(if $(REPORT_DIR),-report-dir $(abspath $(REPORT_DIR)))
 
@@ -147,6 +156,6 @@ $(GREMLINS):
 	GOBIN=$(BIN) $(GO) install github.com/go-gremlins/gremlins/cmd/gremlins@$(GREMLINS_VERSION)
 
 .PHONY: mutate
-mutate: envtest-assets $(GREMLINS) ## The scenario suite's mutation score over PKG (default operators/multigres), each mutant judged by the specs that cover it: killed, survived, not covered per file, the survivors, times (BASE=rev, MAX=n, LABELS=filter, MUTATE_JOBS=1).
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) run ./internal/cmd/mutate -gremlins $(GREMLINS) -pkg $(PKG) -j $(MUTATE_JOBS) \
+mutate: envtest-assets $(GREMLINS) $(BIN)/mutate ## The scenario suite's mutation score over PKG (default operators/multigres), each mutant judged by the specs that cover it: killed, survived, not covered per file, the survivors, times (BASE=rev, MAX=n, LABELS=filter, MUTATE_JOBS=1).
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(BIN)/mutate -gremlins $(GREMLINS) -pkg $(PKG) -j $(MUTATE_JOBS) \
 	  $(if $(BASE),-base $(BASE)) $(if $(MAX),-max $(MAX)) $(if $(LABELS),-labels "$(LABELS)")

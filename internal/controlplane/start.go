@@ -335,7 +335,7 @@ func others(p *Plane) map[int]bool {
 }
 
 // recordPlanes writes the processes and working directories of every plane of this process to its pid
-// file, or removes the file when there are none.
+// file, or removes the file (and the pid directory, when empty) when there are none.
 func recordPlanes() {
 	planesMu.Lock()
 	var pids []int
@@ -348,6 +348,9 @@ func recordPlanes() {
 	path := filepath.Join(pidDir(), fmt.Sprint(os.Getpid()))
 	if len(pids) == 0 && len(dirs) == 0 {
 		_ = os.Remove(path)
+		// The directory too, once no test process has a file there (Remove refuses a non-empty one), so a
+		// passing run leaves nothing in TMPDIR.
+		_ = os.Remove(pidDir())
 		return
 	}
 	var b strings.Builder

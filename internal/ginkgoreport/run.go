@@ -7,10 +7,11 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"syscall"
 	"time"
 
 	"github.com/onsi/ginkgo/v2/types"
+
+	"github.com/ensembletest/ensemble/internal/proc"
 )
 
 // Run is one run of a compiled suite.
@@ -25,22 +26,20 @@ type Run struct {
 // RunSuite runs the compiled suite bin in dir with args, -test.timeout=timeout and
 // -ginkgo.json-report=report added, env added to this process's environment and its output to log, and
 // reads the report. A failing suite is a Run; -test.timeout ends the binary (and the control plane it
-// started), and a minute later, or when ctx is done, its whole process group is killed. Errors: the binary
-// could not be started, or it wrote no report (naming its exit code and wall time).
+// started), and a minute later, or when ctx is done, its whole process group is ended as proc.Run ends
+// it (SIGTERM, so the suite stops its envtest and removes its directories, then SIGKILL). Errors: the
+// binary could not be started, or it wrote no report (naming its exit code and wall time).
 func RunSuite(ctx context.Context, bin, dir string, args, env []string, timeout time.Duration, report string, log io.Writer) (Run, error) {
 	_ = os.Remove(report)
 	ctx, cancel := context.WithTimeout(ctx, timeout+time.Minute)
 	defer cancel()
 	args = append([]string{"-test.timeout=" + timeout.String(), "-ginkgo.json-report=" + report}, args...)
-	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd := exec.Command(bin, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 10 * time.Second
 	began := time.Now()
-	err := cmd.Run()
+	err := proc.Run(ctx, cmd)
 	res := Run{Took: time.Since(began)}
 	var exit *exec.ExitError
 	switch {

@@ -164,8 +164,9 @@ else
 fi
 echo "bisecting ${good:0:12} (GOOD=$GOOD) .. ${bad:0:12} (BAD=$BAD): $commits commits, in a worktree at $wt"
 echo "each step: $each"
-if [[ -n "$(git --no-optional-locks -C "$repo" status --porcelain --untracked-files=no 2>/dev/null)" ]]; then
-  echo "note: your checkout has uncommitted changes; only commits are bisected (your files are left as they are)"
+dirty="$(git --no-optional-locks -C "$repo" status --porcelain --untracked-files=no 2>/dev/null | wc -l)"
+if ((dirty > 0)); then
+  echo "note: your checkout has uncommitted changes to $dirty files; they are not bisected: only commits are, BAD=$BAD is ${bad:0:12} as committed (your files are left as they are)"
 fi
 
 # test_at REV runs one step at REV outside git bisect; it returns the step's exit status.
@@ -202,7 +203,11 @@ rc=0
 test_at "$bad" || rc=$?
 case $rc in
   0)
-    echo "make bisect: BAD=$BAD (${bad:0:12}) passes FOCUS='$FOCUS': nothing to bisect (a flaky spec? make flake N=10 FOCUS='$FOCUS' tells)" >&2
+    if ((dirty > 0)); then
+      echo "make bisect: BAD=$BAD (${bad:0:12}) as committed passes FOCUS='$FOCUS', and your checkout has uncommitted changes to $dirty files, which bisect never tests: if they make the spec fail, commit them first (then BAD=HEAD is that commit); else the spec may be flaky (make flake N=10 FOCUS='$FOCUS')" >&2
+    else
+      echo "make bisect: BAD=$BAD (${bad:0:12}) passes FOCUS='$FOCUS': nothing to bisect (a flaky spec? make flake N=10 FOCUS='$FOCUS' tells)" >&2
+    fi
     exit 1
     ;;
   125)

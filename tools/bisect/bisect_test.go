@@ -329,3 +329,25 @@ func TestBisectCleansUpOnCtrlC(t *testing.T) {
 		t.Errorf("bisect.sh left %v in its temp dir", l)
 	}
 }
+
+// A BAD that passes as committed in a checkout with uncommitted changes: the last line says the changes
+// are not bisected, not only that the spec may be flaky.
+func TestBisectOnADirtyCheckoutSaysTheChangesAreNotBisected(t *testing.T) {
+	sh := script(t)
+	tmp := t.TempDir()
+	// tinyRepo's checkout has uncommitted changes; BAD is commit 3, at which TestSum passes.
+	repo, hashes := tinyRepo(t, tmp)
+	cmd := exec.Command("bash", sh)
+	cmd.Dir = repo
+	cmd.Env = env(tmp, "GOOD="+hashes[0], "BAD="+hashes[2], "FOCUS=TestSum", "BISECT_TEST_CMD="+testCmd)
+	outb, err := cmd.CombinedOutput()
+	lines := strings.Split(strings.TrimSpace(string(outb)), "\n")
+	last := lines[len(lines)-1]
+	if err == nil || !strings.Contains(last, "as committed passes FOCUS='TestSum', and your checkout has uncommitted changes to ") ||
+		!strings.Contains(last, "files, which bisect never tests: if they make the spec fail, commit them first") {
+		t.Errorf("err %v, last line %q:\n%s", err, last, outb)
+	}
+	if l := leftovers(t, tmp); len(l) > 0 {
+		t.Errorf("bisect.sh left %v in its temp dir", l)
+	}
+}

@@ -7,7 +7,8 @@
 # Usage (make flake sets these from its command line):
 #   N=<runs> [FOCUS=<spec regexp>] [LABELS=<label filter>] tools/flake/flake.sh
 #
-# Optional environment: REPORT_DIR=dir puts the runs under dir/flake-<time>/ (default: a new temp dir);
+# Optional environment: REPORT_DIR=dir puts the runs under dir/flake-<time>/ (default: a new temp dir,
+# removed when every run passed or on SIGINT/SIGTERM, kept and named when a run failed);
 # GINKGO_FLAGS, more suite flags; SUITE_TIMEOUT, each run's -test.timeout (default 20m).
 # Each run is dir/run-<i>/: suite.json (Ginkgo JSON report), output.log (the verbose output) and artifacts/
 # (ENSEMBLE_ARTIFACTS: failure dumps). The suite is compiled once; Ginkgo picks a new random order each run.
@@ -33,7 +34,24 @@ else
 fi
 bin="$base/scenarios.test"
 report="$base/ginkgoreport"
-trap 'rm -f "$bin" "$report"' EXIT
+# keep is set once a run failed: a temporary base stays for its dumps; otherwise it goes.
+keep=
+cleanup() {
+  rm -f "$bin" "$report"
+  [[ -n "${REPORT_DIR:-}" || -n "$keep" ]] || rm -rf "$base"
+}
+trap cleanup EXIT
+# The suite runs in the background and is waited for, so a signal is handled at once (bash runs a trap
+# only after the foreground command ends): the trap passes SIGTERM on to the suite, which stops its
+# envtest and removes its directories, and waits for it.
+child=
+interrupted() {
+  [[ -z "$child" ]] || { kill -TERM "$child" 2>/dev/null; wait "$child" 2>/dev/null; }
+  echo "make flake: interrupted; the runs under $base are removed" >&2
+  exit "$1"
+}
+trap 'interrupted 130' INT
+trap 'interrupted 143' TERM
 
 filters=()
 [[ -z "${FOCUS:-}" ]] || filters+=("-ginkgo.focus=$FOCUS")
@@ -58,10 +76,13 @@ for ((i = 1; i <= N; i++)); do
   start=$SECONDS
   set +e
   # shellcheck disable=SC2086 # GINKGO_FLAGS is a list of flags
-  (cd scenarios && ENSEMBLE_ARTIFACTS="$run/artifacts" KUBEBUILDER_ASSETS="$assets" "$bin" -test.v \
+  (cd scenarios && ENSEMBLE_ARTIFACTS="$run/artifacts" KUBEBUILDER_ASSETS="$assets" exec "$bin" -test.v \
     -test.timeout="${SUITE_TIMEOUT:-20m}" -ginkgo.v "${filters[@]}" -ginkgo.json-report="$run/suite.json" \
-    ${GINKGO_FLAGS:-}) >"$run/output.log" 2>&1
+    ${GINKGO_FLAGS:-}) >"$run/output.log" 2>&1 &
+  child=$!
+  wait "$child"
   rc=$?
+  child=
   set -e
   ran="?"
   [[ ! -s "$run/suite.json" ]] || ran="$("$report" ran "$run/suite.json" 2>/dev/null || echo "?")"
@@ -69,6 +90,7 @@ for ((i = 1; i <= N; i++)); do
     echo "run $i/$N: passed in $((SECONDS - start))s ($(specs "$ran"))"
     continue
   fi
+  keep=1
   echo "run $i/$N: FAILED in $((SECONDS - start))s ($(specs "$ran") ran; $((i - 1)) of $N runs passed before it)"
   echo
   if [[ -s "$run/suite.json" ]] && "$report" failures -root "$root" "$run/suite.json" | sed 's/^/  /'; then
@@ -88,7 +110,11 @@ for ((i = 1; i <= N; i++)); do
   exit 1
 done
 
-echo "$N/$N passed in $((SECONDS - total))s ($what; reports: $base/run-<i>/suite.json)"
+if [[ -n "${REPORT_DIR:-}" ]]; then
+  echo "$N/$N passed in $((SECONDS - total))s ($what; reports: $base/run-<i>/suite.json)"
+else
+  echo "$N/$N passed in $((SECONDS - total))s ($what; the runs under $base are removed: REPORT_DIR=dir keeps them)"
+fi
 echo
 reports=()
 for ((i = 1; i <= N; i++)); do reports+=("$base/run-$i/suite.json"); done

@@ -19,13 +19,16 @@
 // Every run uses the same -ginkgo.seed, so specs run in the same order. The table has a row per entry:
 // ID | default | its specs | flipped? | other specs that flipped. With -report-dir the matrix is also written
 // as DIR/defect-matrix.json, and the runs (suite.json, output.log, failure dumps) go under
-// DIR/defect-matrix/; without it they go to a new temporary directory, which is kept and named.
+// DIR/defect-matrix/; without it they go to a new temporary directory, which is kept and named when an
+// entry flips none of its own specs or the matrix could not be made, and removed otherwise.
 //
 // Exit 1: an entry flips none of its own specs (each is named, with why); exit 2: the matrix could not be
-// made (bad flags, the suite does not compile, a dry run or baseline without a report).
+// made (bad flags, the suite does not compile, a dry run or baseline without a report). SIGINT or SIGTERM
+// stops the run in progress (its suite stops its envtest), removes the temporary directory and exits 2.
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -39,7 +42,9 @@ import (
 
 	"github.com/onsi/ginkgo/v2/types"
 
+	"github.com/ensembletest/ensemble/internal/cmdline"
 	"github.com/ensembletest/ensemble/internal/ginkgoreport"
+	"github.com/ensembletest/ensemble/internal/proc"
 	"github.com/ensembletest/ensemble/internal/textout"
 	"github.com/ensembletest/ensemble/pins"
 )
@@ -60,18 +65,33 @@ func main() {
 	flag.StringVar(&c.reportDir, "report-dir", "", "write defect-matrix.json and the runs' reports, outputs and dumps here")
 	flag.Int64Var(&c.seed, "seed", 0, "Ginkgo random seed of every run (0: one from the clock)")
 	flag.DurationVar(&c.timeout, "timeout", 20*time.Minute, "each run's -test.timeout")
-	flag.Parse()
+	if err := cmdline.Parse(flag.CommandLine, os.Args[1:], map[string]string{"ids": "IDS", "report-dir": "REPORT_DIR", "timeout": "SUITE_TIMEOUT"}); err != nil {
+		fail(err)
+	}
 	c.ids, c.operators = split(ids), split(operators)
-	matrix, err := run(c)
+	if c.timeout <= 0 {
+		fail(fmt.Errorf("-timeout (make's SUITE_TIMEOUT) is %s: pass each run's limit, such as 20m", c.timeout))
+	}
+	ctx, stop := proc.SignalContext()
+	defer stop()
+	matrix, err := run(ctx, c)
+	if ctx.Err() != nil {
+		err = errors.New("interrupted: the run in progress is stopped and the temporary runs directory removed (REPORT_DIR=dir keeps the runs)")
+	}
 	if err != nil {
-		fmt.Fprintf(os.Stderr, "defect-matrix: %v\n", err)
-		os.Exit(2)
+		fail(err)
 	}
 	if len(matrix.Undetected) > 0 {
 		fmt.Printf("\n%d of %s flip none of their own specs: %s\n", len(matrix.Undetected), textout.Count(len(matrix.Rows), "entry", "entries"), strings.Join(matrix.Undetected, ", "))
+		fmt.Printf("each run's suite.json, output.log and failure dumps: %s\n", matrix.Runs)
 		os.Exit(1)
 	}
 	fmt.Printf("\nevery entry flips one of its own specs (%s)\n", textout.Count(len(matrix.Rows), "entry", "entries"))
+}
+
+func fail(err error) {
+	fmt.Fprintf(os.Stderr, "defect-matrix: %v\n", err)
+	os.Exit(2)
 }
 
 // split is a comma-separated list without empty items.
@@ -98,6 +118,8 @@ type Matrix struct {
 	Undetected []string `json:",omitempty"`
 	// Wall is the whole command's wall time.
 	Wall string
+	// Runs is the directory of the runs, "" once removed (a temporary one, when every entry flipped).
+	Runs string `json:"-"`
 }
 
 // JSON is the matrix as the JSON file holds it: indented, "->" in spec names left as it is.
@@ -106,7 +128,7 @@ func (m Matrix) JSON() []byte {
 	return b
 }
 
-func run(c config) (Matrix, error) {
+func run(ctx context.Context, c config) (Matrix, error) {
 	start := time.Now()
 	m := Matrix{Seed: c.seed}
 	if v, ok := os.LookupEnv(pins.EnvVar); ok && v != "" {
@@ -129,10 +151,22 @@ func run(c config) (Matrix, error) {
 	if err != nil {
 		return m, err
 	}
+	r.ctx = ctx
 	defer os.RemoveAll(filepath.Dir(r.bin))
+	m.Runs = r.dir
+	// A temporary runs directory stays only for a matrix that found something (or could not be made).
+	defer func() {
+		if c.reportDir == "" && (ctx.Err() != nil || (m.Rows != nil && len(m.Undetected) == 0)) {
+			_ = os.RemoveAll(r.dir)
+			m.Runs = ""
+		}
+	}()
 	fmt.Printf("compiling the scenario suite; runs under %s\n", r.dir)
-	if out, err := exec.Command("go", "test", "-c", "-o", r.bin, "./scenarios").CombinedOutput(); err != nil {
-		return m, fmt.Errorf("the scenario suite does not compile: %v\n%s", err, out)
+	build := exec.Command("go", "test", "-c", "-o", r.bin, "./scenarios")
+	var out bytes.Buffer
+	build.Stdout, build.Stderr = &out, &out
+	if err := proc.Run(ctx, build); err != nil {
+		return m, fmt.Errorf("the scenario suite does not compile: %v\n%s", err, out.String())
 	}
 
 	dry, err := r.dryRun()
@@ -147,6 +181,9 @@ func run(c config) (Matrix, error) {
 	m.Baseline = baselineFilter(plans)
 	fmt.Printf("%s, seed %d; baseline: every default, label filter %s\n", textout.Count(len(plans), "catalog entry", "catalog entries"), m.Seed, describe(m.Baseline))
 	base, err := r.run("baseline", m.Baseline, "")
+	if ctx.Err() != nil {
+		return m, ctx.Err()
+	}
 	if err != nil {
 		return m, fmt.Errorf("the baseline run: %w", err)
 	}
@@ -164,6 +201,9 @@ func run(c config) (Matrix, error) {
 			continue
 		}
 		res, err := r.run(p.ID, p.Filter, p.Defects())
+		if ctx.Err() != nil {
+			return m, ctx.Err()
+		}
 		if err != nil {
 			m.Rows = append(m.Rows, unjudged(p, err.Error()))
 			fmt.Printf("%s=%s: %v\n", p.ID, p.Flip, err)
@@ -186,7 +226,11 @@ func run(c config) (Matrix, error) {
 	if err := table(os.Stdout, m.Rows); err != nil {
 		return m, err
 	}
-	fmt.Printf("\nwall time %s; each run's suite.json, output.log and failure dumps under %s\n", m.Wall, r.dir)
+	if c.reportDir != "" || len(m.Undetected) > 0 {
+		fmt.Printf("\nwall time %s; each run's suite.json, output.log and failure dumps under %s\n", m.Wall, r.dir)
+	} else {
+		fmt.Printf("\nwall time %s; the runs' directory %s is removed (REPORT_DIR=dir keeps the runs)\n", m.Wall, r.dir)
+	}
 	if c.reportDir != "" {
 		p := filepath.Join(c.reportDir, "defect-matrix.json")
 		if err := os.WriteFile(p, m.JSON(), 0o644); err != nil {
@@ -232,6 +276,8 @@ type runner struct {
 	bin, dir, scenarios string
 	seed                int64
 	timeout             time.Duration
+	// ctx ends the runs when the command is interrupted.
+	ctx context.Context
 }
 
 // newRunner makes the directory the runs go to: -report-dir's defect-matrix/, or a new temporary one.
@@ -270,8 +316,10 @@ func (r runner) dryRun() ([]types.Report, error) {
 	report := filepath.Join(r.dir, "dry-run.json")
 	cmd := exec.Command(r.bin, "-ginkgo.dry-run", "-ginkgo.no-color", "-ginkgo.json-report="+report)
 	cmd.Dir = r.scenarios
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("the suite's dry run: %v\n%s", err, out)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := proc.Run(r.ctx, cmd); err != nil {
+		return nil, fmt.Errorf("the suite's dry run: %v\n%s", err, out.String())
 	}
 	return ginkgoreport.Read(report)
 }
@@ -317,7 +365,7 @@ func (r runner) run(name, filter, defects string) (result, error) {
 		args = append(args, "-ginkgo.label-filter="+filter, "-ginkgo.fail-on-empty")
 	}
 	env := []string{pins.EnvVar + "=" + defects, "ENSEMBLE_ARTIFACTS=" + filepath.Join(dir, "artifacts")}
-	run, err := ginkgoreport.RunSuite(context.Background(), r.bin, r.scenarios, args, env, r.timeout, report, log)
+	run, err := ginkgoreport.RunSuite(r.ctx, r.bin, r.scenarios, args, env, r.timeout, report, log)
 	res := result{reports: run.Reports, took: run.Took, code: run.Code}
 	if err != nil {
 		return res, fmt.Errorf("%w: its output is %s", err, logPath)

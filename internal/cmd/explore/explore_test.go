@@ -409,7 +409,7 @@ func TestRerunQuotesASpecForTheShellAndMake(t *testing.T) {
 }
 
 func TestCheckRefusesBadInput(t *testing.T) {
-	ok := config{focus: "heals", modes: defaultModes, budget: "40", repeat: 1, jobs: 1}
+	ok := config{focus: "heals", modes: defaultModes, budget: "40", repeat: 1, jobs: 1, timeout: time.Minute}
 	for _, tc := range []struct {
 		name string
 		edit func(*config)
@@ -422,6 +422,11 @@ func TestCheckRefusesBadInput(t *testing.T) {
 		{"a mode that is none", func(c *config) { c.modes = "conflict,crash" }, "-modes (make's MODES)"},
 		{"no repeat", func(c *config) { c.repeat = 0 }, "-repeat (make's REPEAT) is 0"},
 		{"no job", func(c *config) { c.jobs = 0 }, "-j (make's EXPLORE_JOBS) is 0"},
+		{"negative jobs", func(c *config) { c.jobs = -1 }, "-j (make's EXPLORE_JOBS) is -1"},
+		{"a negative repeat", func(c *config) { c.repeat = -2 }, "-repeat (make's REPEAT) is -2"},
+		{"a negative budget", func(c *config) { c.budget = "-1" }, `-budget (make's BUDGET) "-1" is neither`},
+		{"a negative time budget", func(c *config) { c.budget = "-5m" }, `-budget (make's BUDGET) "-5m" is neither`},
+		{"a negative timeout", func(c *config) { c.timeout = -time.Minute }, "-timeout (make's SUITE_TIMEOUT) is -1m0s"},
 	} {
 		c := ok
 		tc.edit(&c)
@@ -430,7 +435,7 @@ func TestCheckRefusesBadInput(t *testing.T) {
 			t.Errorf("%s: err = %v, want one line containing %q", tc.name, err, tc.want)
 		}
 	}
-	if p, err := check(config{focus: "x", modes: "all", budget: "5m", points: "conflict@op#1; restart@op#2", repeat: 1, jobs: 1}); err != nil ||
+	if p, err := check(config{focus: "x", modes: "all", budget: "5m", points: "conflict@op#1; restart@op#2", repeat: 1, jobs: 1, timeout: time.Minute}); err != nil ||
 		len(p.points) != 2 || p.budget.Time != 5*time.Minute {
 		t.Errorf("check = %+v, %v", p, err)
 	}

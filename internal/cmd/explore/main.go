@@ -25,13 +25,16 @@
 // It prints the table (point | mode | verdict | first difference), the wall time per point, and for each
 // failing point the timeline the harness wrote and the one command that reruns exactly that point. Every
 // run's directory (records/, artifacts/, suite.json, output.log) and explore.json, the rows whole, are
-// under -report-dir (default: a new temporary directory, named in the output).
+// under -report-dir; without it, under a new temporary directory, named in the output, kept when a point
+// failed, erred or disagreed with itself (or a baseline failed) and removed otherwise, or on interrupt.
 //
 // Exit 0 when the exploration ran, whatever the verdicts (a failing point is a finding, not an error of the
 // command); exit 2 with one line on bad input, a suite that does not compile, or a baseline that fails.
+// SIGINT or SIGTERM stops the runs (proc.Run), prints the points that ended and exits 0.
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -39,18 +42,18 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/onsi/ginkgo/v2/types"
 
+	"github.com/ensembletest/ensemble/internal/cmdline"
 	"github.com/ensembletest/ensemble/internal/ginkgoreport"
+	"github.com/ensembletest/ensemble/internal/proc"
 	"github.com/ensembletest/ensemble/internal/textout"
 	"github.com/ensembletest/ensemble/suite/perturb"
 )
@@ -75,7 +78,9 @@ func main() {
 	flag.IntVar(&c.jobs, "j", 1, "point runs at once")
 	flag.StringVar(&c.reportDir, "report-dir", "", "directory of the runs and explore.json (default: a new temporary directory)")
 	flag.DurationVar(&c.timeout, "timeout", 20*time.Minute, "each run's -test.timeout")
-	flag.Parse()
+	if err := cmdline.Parse(flag.CommandLine, os.Args[1:], makeVars); err != nil {
+		fail(err)
+	}
 	if _, err := check(c); err != nil {
 		fail(err)
 	}
@@ -84,7 +89,7 @@ func main() {
 	}
 	// An interrupt stops the runs (each in its own process group, out of the terminal's reach) and prints
 	// the points that ended.
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := proc.SignalContext()
 	defer stop()
 	if _, err := run(ctx, c, os.Stdout); err != nil {
 		fail(err)
@@ -96,6 +101,10 @@ func fail(err error) {
 	os.Exit(2)
 }
 
+// makeVars are the make variables that set the flags.
+var makeVars = map[string]string{"suite": "SUITE", "focus": "FOCUS", "modes": "MODES", "budget": "BUDGET", "points": "POINTS",
+	"repeat": "REPEAT", "j": "EXPLORE_JOBS", "report-dir": "REPORT_DIR", "timeout": "SUITE_TIMEOUT"}
+
 // plan is the command line, read.
 type plan struct {
 	modes  []perturb.Mode
@@ -105,7 +114,7 @@ type plan struct {
 }
 
 // check reads the command line. Errors: no focus or one that is no regexp, modes, budget or points that do
-// not parse, a repeat or job count below 1.
+// not parse, a repeat or job count below 1, a timeout that is not positive.
 func check(c config) (plan, error) {
 	var p plan
 	if strings.TrimSpace(c.focus) == "" {
@@ -131,6 +140,9 @@ func check(c config) (plan, error) {
 	}
 	if c.jobs < 1 {
 		return p, fmt.Errorf("-j (make's EXPLORE_JOBS) is %d: pass a number of runs at once, 1 or more", c.jobs)
+	}
+	if c.timeout <= 0 {
+		return p, fmt.Errorf("-timeout (make's SUITE_TIMEOUT) is %s: pass each run's limit, such as 20m", c.timeout)
 	}
 	return p, nil
 }
@@ -161,10 +173,16 @@ func run(ctx context.Context, c config, out io.Writer) (Exploration, error) {
 		return x, err
 	}
 	defer r.close()
+	// A temporary directory goes when the command is interrupted; the end decides otherwise.
+	defer func() {
+		if r.temp && ctx.Err() != nil {
+			r.remove(out, "interrupted")
+		}
+	}()
 	fmt.Fprintf(out, "runs under %s\n", r.dir)
 	if c.bin == "" {
 		fmt.Fprintf(out, "compiling %s\n", x.Suite)
-		if err := r.compile(); err != nil {
+		if err := r.compile(ctx); err != nil {
 			return x, err
 		}
 	}
@@ -327,8 +345,24 @@ func run(ctx context.Context, c config, out io.Writer) (Exploration, error) {
 	if err := os.WriteFile(path, js, 0o644); err != nil {
 		return x, err
 	}
-	fmt.Fprintf(out, "every row as JSON: %s\n", path)
+	switch {
+	case !r.temp || (ctx.Err() == nil && findings(x.Rows)):
+		fmt.Fprintf(out, "every row as JSON: %s\n", path)
+	case ctx.Err() == nil:
+		r.remove(out, "no point failed, erred or disagreed")
+	}
 	return x, nil
+}
+
+// findings says a row has something to look at in its run directory: a failure, an error, verdicts that
+// disagree, a failure without the point firing, or a suite node's failure.
+func findings(rows []Row) bool {
+	for _, r := range rows {
+		if r.Verdict == Fail || r.Verdict == Error || !r.Agree || r.Failure != "" || r.Suite != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // report prints what follows the table: the counts, the wall times, the disagreeing points, and for each
@@ -465,7 +499,9 @@ type runner struct {
 	// suite is the suite's package directory; dir holds the runs; bin is the test binary, in binDir (a
 	// temporary directory of its own, removed at the end; empty for a binary the caller gave).
 	suite, dir, bin, binDir string
-	timeout                 time.Duration
+	// temp says dir is a temporary directory (no -report-dir), removed unless the runs found something.
+	temp    bool
+	timeout time.Duration
 }
 
 func newRunner(c config) (*runner, error) {
@@ -482,6 +518,7 @@ func newRunner(c config) (*runner, error) {
 		err = os.MkdirAll(r.dir, 0o755)
 	} else {
 		r.dir, err = os.MkdirTemp("", "ensemble-explore-")
+		r.temp = true
 	}
 	if err != nil {
 		return nil, err
@@ -505,12 +542,20 @@ func (r *runner) close() {
 	}
 }
 
+// remove removes the temporary runs directory and says so, and why.
+func (r *runner) remove(out io.Writer, why string) {
+	_ = os.RemoveAll(r.dir)
+	fmt.Fprintf(out, "%s: removed the runs' directory %s (REPORT_DIR=dir keeps the runs)\n", why, r.dir)
+}
+
 // compile builds the suite's test binary in the suite's directory, so its own go.mod (if any) applies.
-func (r *runner) compile() error {
+func (r *runner) compile(ctx context.Context) error {
 	cmd := exec.Command("go", "test", "-c", "-o", r.bin, ".")
 	cmd.Dir = r.suite
-	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("%s does not compile: %v\n%s", r.suite, err, out)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := proc.Run(ctx, cmd); err != nil {
+		return fmt.Errorf("%s does not compile: %v\n%s", r.suite, err, out.String())
 	}
 	return nil
 }

@@ -191,3 +191,46 @@ func TestRunStopsOnABaselineThatCannotServe(t *testing.T) {
 		}
 	}
 }
+
+// Without -report-dir the runs go to a temporary directory: removed when no point failed, erred or
+// disagreed, or when the command was interrupted; kept and named otherwise.
+func TestRunRemovesItsTemporaryDirectoryUnlessItFoundSomething(t *testing.T) {
+	dir, bin := fake(t)
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	left := func() []string {
+		m, _ := filepath.Glob(filepath.Join(tmp, "ensemble-*"))
+		return m
+	}
+	c := config{suite: dir, bin: bin, focus: "scales", modes: "conflict", budget: "5", repeat: 1, jobs: 1, timeout: time.Minute,
+		points: "conflict@op/ctl:Kind/a#1"}
+	var out bytes.Buffer
+	if x, err := run(context.Background(), c, &out); err != nil || len(x.Rows) != 1 || x.Rows[0].Verdict != Pass {
+		t.Fatalf("a passing point: %v, %+v\n%s", err, x.Rows, out.String())
+	}
+	if l := left(); len(l) != 0 || !strings.Contains(out.String(), "no point failed, erred or disagreed: removed the runs' directory") {
+		t.Errorf("after a passing point, left %q\n%s", l, out.String())
+	}
+
+	out.Reset()
+	c.points = "conflict@op/ctl:Kind/a#2"
+	if _, err := run(context.Background(), c, &out); err != nil {
+		t.Fatalf("a failing point: %v\n%s", err, out.String())
+	}
+	if l := left(); len(l) != 1 || !strings.Contains(out.String(), "every row as JSON: "+filepath.Join(l[0], "explore.json")) {
+		t.Errorf("after a failing point, left %q\n%s", l, out.String())
+	}
+	for _, d := range left() {
+		_ = os.RemoveAll(d)
+	}
+
+	out.Reset()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := run(ctx, c, &out); err == nil || !strings.Contains(err.Error(), "interrupted") {
+		t.Errorf("an interrupted run: err = %v", err)
+	}
+	if l := left(); len(l) != 0 || !strings.Contains(out.String(), "interrupted: removed the runs' directory") {
+		t.Errorf("after an interrupt, left %q\n%s", l, out.String())
+	}
+}

@@ -44,12 +44,13 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/onsi/ginkgo/v2/types"
 
+	"github.com/ensembletest/ensemble/internal/cmdline"
 	"github.com/ensembletest/ensemble/internal/ginkgoreport"
+	"github.com/ensembletest/ensemble/internal/proc"
 )
 
 type config struct {
@@ -70,27 +71,81 @@ func main() {
 	flag.StringVar(&c.gremlins, "gremlins", "bin/gremlins", "the gremlins v0.6.0 binary")
 	flag.BoolVar(&c.list, "list", false, "print the mutants -pkg and -base select, and stop before any suite run")
 	flag.DurationVar(&c.timeout, "timeout", 0, "per-mutant limit on the suite's run (0: 3 times the sum of its specs' runs alone, at least 2m)")
-	flag.Parse()
+	if err := cmdline.Parse(flag.CommandLine, os.Args[1:], makeVars); err != nil {
+		fail(err)
+	}
 	c.pkg = strings.TrimSuffix(filepath.ToSlash(filepath.Clean(c.pkg)), "/")
 	if c.labels == "" {
 		c.labels = defaultLabels(c.pkg)
 	}
-	c.jobs = max(c.jobs, 1)
-	if err := run(c); err != nil {
-		fmt.Fprintf(os.Stderr, "mutate: %v\n", err)
-		os.Exit(1)
+	if err := check(c); err != nil {
+		fail(err)
 	}
+	// An interrupt stops the runs (each in its own process group: proc.Run ends them) and removes the work
+	// directory.
+	ctx, stop := proc.SignalContext()
+	defer stop()
+	if err := run(ctx, c); err != nil {
+		if ctx.Err() != nil {
+			err = errors.New("interrupted: the runs are stopped and the work directory is removed")
+		}
+		stop()
+		fail(err)
+	}
+}
+
+// makeVars are the make variables that set the flags.
+var makeVars = map[string]string{"pkg": "PKG", "base": "BASE", "max": "MAX", "j": "MUTATE_JOBS", "labels": "LABELS"}
+
+func fail(err error) {
+	fmt.Fprintf(os.Stderr, "mutate: %v\n", err)
+	os.Exit(1)
+}
+
+// check reads the numbers of the command line and -pkg. Errors: a negative -max or -timeout, a -j below
+// 1, a -pkg that is no package directory of the module (naming those there are).
+func check(c config) error {
+	if c.max < 0 {
+		return fmt.Errorf("%s is %d: pass how many covered mutants to run, 1 or more, or 0 for all", cmdline.Name("max", makeVars), c.max)
+	}
+	if c.jobs < 1 {
+		return fmt.Errorf("%s is %d: pass how many specs or mutants run at once, 1 or more", cmdline.Name("j", makeVars), c.jobs)
+	}
+	if c.timeout < 0 {
+		return fmt.Errorf("-timeout is %s: pass a per-mutant limit such as 10m, or 0 for 3 times its specs' runs alone", c.timeout)
+	}
+	return checkPkg(c.pkg)
+}
+
+// checkPkg says -pkg names no directory of Go files under the module root, and which it could name: the
+// reference operators' packages.
+func checkPkg(pkg string) error {
+	if m, _ := filepath.Glob(filepath.Join(pkg, "*.go")); len(m) > 0 && !strings.HasPrefix(pkg, "../") && !filepath.IsAbs(pkg) {
+		return nil
+	}
+	var some []string
+	_ = filepath.WalkDir("operators", func(path string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			if m, _ := filepath.Glob(filepath.Join(path, "*.go")); len(m) > 0 {
+				some = append(some, filepath.ToSlash(path))
+			}
+		}
+		return nil
+	})
+	return fmt.Errorf("%s %q is no package directory of the module (run from the module root): pass one of %s", cmdline.Name("pkg", makeVars), pkg, strings.Join(some, ", "))
 }
 
 // runner holds what the mutants' runs share: the suite's package directory (absolute, where go test runs
 // its binary), the suite's description and each spec's time alone (the timeout's basis).
 type runner struct {
 	config
+	// ctx ends every run when the command is interrupted.
+	ctx                    context.Context
 	work, dir, description string
 	alone                  map[string]time.Duration
 }
 
-func run(c config) error {
+func run(ctx context.Context, c config) error {
 	start := time.Now()
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		return errors.New("KUBEBUILDER_ASSETS is not set: run `make mutate`, or set it to $(tools/envtest/build.sh --dir)")
@@ -108,9 +163,9 @@ func run(c config) error {
 	if err != nil {
 		return err
 	}
-	r := &runner{config: c, work: work, dir: dir}
+	r := &runner{config: c, ctx: ctx, work: work, dir: dir}
 
-	ms, err := discover(c, work)
+	ms, err := discover(ctx, c, work)
 	if err != nil {
 		return err
 	}
@@ -217,12 +272,15 @@ func modulePath() (string, error) {
 // position. Its coverage step runs the package's own tests, whose coverage is not the suite's and is
 // ignored; GOFLAGS makes that step run none (-run=^$, and -short keeps the package's TestMain from
 // booting envtest).
-func discover(c config, work string) ([]Mutant, error) {
+func discover(ctx context.Context, c config, work string) ([]Mutant, error) {
 	out := filepath.Join(work, "gremlins.json")
 	cmd := exec.Command(c.gremlins, "unleash", "--dry-run", "--silent", "--output", out, c.pkg)
-	cmd.Env = append(os.Environ(), "GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -short -run=^$"))
-	if b, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("gremlins dry run: %v\n%s", err, b)
+	// gremlins makes its own temporary directories: under the work directory, they go with it.
+	cmd.Env = append(os.Environ(), "GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -short -run=^$"), "TMPDIR="+work)
+	var b bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &b, &b
+	if err := proc.Run(ctx, cmd); err != nil {
+		return nil, fmt.Errorf("gremlins dry run: %v\n%s", err, b.String())
 	}
 	f, err := os.Open(out)
 	if err != nil {
@@ -286,7 +344,7 @@ func (r *runner) coverage(module string) (Coverage, error) {
 	}
 	bin := filepath.Join(dir, "suite.test")
 	fmt.Printf("per-spec coverage: compiling %s with -coverpkg=./%s/...\n", r.suite, r.pkg)
-	res := command(buildLimit, "", nil, "go", "test", "-c", "-o", bin, "-coverpkg=./"+r.pkg+"/...", r.suite)
+	res := command(r.ctx, buildLimit, "", nil, "go", "test", "-c", "-o", bin, "-coverpkg=./"+r.pkg+"/...", r.suite)
 	if res.err != nil {
 		return nil, res.err
 	}
@@ -294,7 +352,7 @@ func (r *runner) coverage(module string) (Coverage, error) {
 		return nil, fmt.Errorf("the suite does not compile without any mutant:\n%s", tail(res.out, 40))
 	}
 	dry := filepath.Join(dir, "dry-run.json")
-	res = command(buildLimit, r.dir, nil, bin, "-ginkgo.dry-run", "-ginkgo.no-color", "-ginkgo.label-filter="+r.labels,
+	res = command(r.ctx, buildLimit, r.dir, nil, bin, "-ginkgo.dry-run", "-ginkgo.no-color", "-ginkgo.label-filter="+r.labels,
 		"-ginkgo.json-report="+dry)
 	if res.err != nil {
 		return nil, res.err
@@ -370,7 +428,7 @@ func (r *runner) suiteRun(bin, artifacts string, limit time.Duration, specs []st
 		"-ginkgo.fail-on-empty", "-ginkgo.fail-fast", "-ginkgo.no-color")
 	// -test.timeout ends the binary (and the envtest it started); the deadline a minute later ends the
 	// whole process group should that fail.
-	return command(limit+time.Minute, r.dir, []string{"ENSEMBLE_ARTIFACTS=" + artifacts}, bin, args...)
+	return command(r.ctx, limit+time.Minute, r.dir, []string{"ENSEMBLE_ARTIFACTS=" + artifacts}, bin, args...)
 }
 
 // mutant writes the mutated file under the work directory, compiles the suite with it overlaid on the
@@ -403,7 +461,7 @@ func (r *runner) mutant(id int, m Mutant) (Mutant, error) {
 		return m, err
 	}
 	bin := filepath.Join(dir, "suite.test")
-	res := command(buildLimit, "", nil, "go", "test", "-c", "-o", bin, "-overlay="+ov, r.suite)
+	res := command(r.ctx, buildLimit, "", nil, "go", "test", "-c", "-o", bin, "-overlay="+ov, r.suite)
 	m.Compile = res.took
 	if res.err != nil {
 		return m, res.err
@@ -481,28 +539,28 @@ type result struct {
 }
 
 // command runs name with args in dir ("" for the current directory) and env added, in its own process
-// group, killed as a whole at the limit (code -1 and deadline then).
-func command(limit time.Duration, dir string, env []string, name string, args ...string) result {
-	ctx, cancel := context.WithTimeout(context.Background(), limit)
+// group, ended as a whole (proc.Run) at the limit (code -1 and deadline then) or when ctx is done (an
+// error then: the command was interrupted).
+func command(ctx context.Context, limit time.Duration, dir string, env []string, name string, args ...string) result {
+	lctx, cancel := context.WithTimeout(ctx, limit)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
+	cmd := exec.Command(name, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), env...)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.WaitDelay = 10 * time.Second
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	start := time.Now()
-	err := cmd.Run()
-	res := result{out: out.String(), took: time.Since(start), deadline: ctx.Err() != nil}
+	err := proc.Run(lctx, cmd)
+	res := result{out: out.String(), took: time.Since(start), deadline: lctx.Err() != nil && ctx.Err() == nil}
 	var exit *exec.ExitError
 	switch {
+	case ctx.Err() != nil:
+		res.err = fmt.Errorf("%s: interrupted", filepath.Base(name))
 	case err == nil:
-	case errors.As(err, &exit):
-		res.code = exit.ExitCode()
 	case res.deadline:
 		res.code = -1
+	case errors.As(err, &exit):
+		res.code = exit.ExitCode()
 	default:
 		res.err = fmt.Errorf("%s: %w", filepath.Base(name), err)
 	}

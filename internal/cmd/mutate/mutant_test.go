@@ -373,3 +373,30 @@ per mutant, min/median/max: compile 5s/22s/25s (4 compiled); specs covering 1/2/
 		t.Errorf("progress without a report: %q", p)
 	}
 }
+
+func TestCheckRefusesBadInput(t *testing.T) {
+	// The tests run in the package's directory: the module root is two levels up.
+	t.Chdir("../../..")
+	ok := config{pkg: "operators/multigres", jobs: 1}
+	for _, tc := range []struct {
+		name string
+		edit func(*config)
+		want string
+	}{
+		{"a negative max", func(c *config) { c.max = -1 }, "-max (make's MAX) is -1: pass how many covered mutants to run, 1 or more, or 0 for all"},
+		{"no job", func(c *config) { c.jobs = 0 }, "-j (make's MUTATE_JOBS) is 0"},
+		{"a negative timeout", func(c *config) { c.timeout = -time.Second }, "-timeout is -1s"},
+		{"a missing package", func(c *config) { c.pkg = "operators/nosuch" }, `-pkg (make's PKG) "operators/nosuch" is no package directory of the module (run from the module root): pass one of operators/matrixone`},
+		{"a package outside", func(c *config) { c.pkg = "../ensemble/operators/multigres" }, "is no package directory of the module"},
+	} {
+		c := ok
+		tc.edit(&c)
+		err := check(c)
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: err = %v, want one line containing %q", tc.name, err, tc.want)
+		}
+	}
+	if err := check(ok); err != nil {
+		t.Errorf("check(%+v) = %v", ok, err)
+	}
+}
