@@ -3,6 +3,7 @@ package scenarios
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -121,11 +122,24 @@ func (p *verdictTB) joined(of []string) string {
 
 // probe runs body on a case of a new verdictTB (named after what), then the case's cleanup as a spec's end
 // would, and returns the TB with the harness's verdicts. A recorded failure ends body, as a failing verdict
-// ends a spec.
+// ends a spec. The failure dump a failing probe writes is the verdict under test, not a failure of the run:
+// it is removed when the spec passes and kept, for reading, when it fails.
 func probe(what string, body func(c *suite.Case)) *verdictTB {
 	p := newVerdictTB(what)
-	p.run(func() { body(s.NewCase(p)) })
+	var c *suite.Case
+	p.run(func() {
+		c = s.NewCase(p)
+		body(c)
+	})
 	p.runCleanups()
+	if c != nil {
+		dir := c.ArtifactsDir()
+		DeferCleanup(func() {
+			if !CurrentSpecReport().Failed() {
+				Expect(os.RemoveAll(dir)).To(Succeed())
+			}
+		})
+	}
 	return p
 }
 

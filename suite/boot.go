@@ -135,12 +135,17 @@ type Suite struct {
 	// Ready is how long Boot took in all, managers started and caches synced.
 	Ready time.Duration
 
-	scheme         *runtime.Scheme
-	watchKinds     []client.Object
-	requeueClamp   time.Duration
-	pins           PinCatalog
-	dumpers        []Dumper
-	artifactsDir   string
+	scheme       *runtime.Scheme
+	watchKinds   []client.Object
+	requeueClamp time.Duration
+	pins         PinCatalog
+	dumpers      []Dumper
+	artifactsDir string
+	// evidenceAsked is false when artifactsDir is the default nobody chose; written then lists the pin
+	// evidence files Stop removes, so a passing run leaves nothing in the temp dir.
+	evidenceAsked  bool
+	evidenceMu     sync.Mutex
+	evidence       []string
 	startTimeout   time.Duration
 	stopTimeout    time.Duration
 	cleanupTimeout time.Duration
@@ -318,6 +323,8 @@ func (s *Suite) Interrupted() bool { return s.interrupted.Load() }
 // regexp, an interrupt. Whatever Boot started is stopped before it returns an error.
 func Boot(ctx context.Context, opts Options) (*Suite, error) {
 	start := time.Now()
+	// A pin's evidence written to an artifacts directory nobody asked for is removed at Stop.
+	evidenceAsked := opts.ArtifactsDir != "" || os.Getenv("ENSEMBLE_ARTIFACTS") != ""
 	if err := opts.defaults(); err != nil {
 		return nil, err
 	}
@@ -349,7 +356,7 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 
 	notify := newBroadcast()
 	s := &Suite{timelineFor: timelineFor, scheme: opts.Scheme, watchKinds: opts.WatchKinds, requeueClamp: opts.RequeueClamp, pins: opts.Pins,
-		dumpers: opts.Dumpers, artifactsDir: opts.ArtifactsDir, startTimeout: opts.StartTimeout,
+		dumpers: opts.Dumpers, artifactsDir: opts.ArtifactsDir, evidenceAsked: evidenceAsked, startTimeout: opts.StartTimeout,
 		stopTimeout: opts.StopTimeout, cleanupTimeout: opts.CleanupTimeout,
 		notify: notify, rec: newRecorder(opts.Scheme, notify), stream: newStream(opts.Scheme, notify),
 		gate: newGate(), managers: map[string]*Manager{}, externals: externals}
@@ -580,6 +587,7 @@ func (s *Suite) Stop() error {
 				errs = append(errs, err)
 			}
 		}
+		s.removeEvidence()
 		s.stopErr = errors.Join(errs...)
 	})
 	return s.stopErr

@@ -89,6 +89,12 @@ func (s *Suite) dump(ns, spec string, since time.Time) (string, string, error) {
 	return dir, summary, nil
 }
 
+// ArtifactsDir is the directory the case's failure dump, timeline and pin reports go to,
+// Options.ArtifactsDir/<spec>-<namespace>. Nothing creates it before one of those is written. A test that
+// makes a case fail on purpose (a verdict probe) removes it once it has read the verdict, so a passing run
+// leaves no dump.
+func (c *Case) ArtifactsDir() string { return c.s.caseArtifacts(c.Namespace, c.t.Name()) }
+
 // caseArtifacts is the directory of a case's artifacts: Options.ArtifactsDir/<spec>-<namespace>.
 func (s *Suite) caseArtifacts(ns, spec string) string {
 	name := strings.Trim(nonDNS.ReplaceAllString(strings.ToLower(spec), "-"), "-")

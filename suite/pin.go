@@ -109,10 +109,30 @@ const pinLineMax = 200
 // writeEvidence writes a pin's whole evidence under the case's artifacts directory and returns the file's
 // path, or "" when it cannot be written.
 func (c *Case) writeEvidence(ref, full string) string {
-	dir := c.s.caseArtifacts(c.Namespace, c.t.Name())
+	dir := c.ArtifactsDir()
 	path := filepath.Join(dir, "pin-"+ref+".txt")
 	if os.MkdirAll(dir, 0o755) != nil || os.WriteFile(path, []byte(full+"\n"), 0o644) != nil {
 		return ""
 	}
+	if !c.s.evidenceAsked {
+		c.s.evidenceMu.Lock()
+		c.s.evidence = append(c.s.evidence, path)
+		c.s.evidenceMu.Unlock()
+	}
 	return path
+}
+
+// removeEvidence removes the pin evidence files written to the default artifacts directory, then the
+// directories they leave empty (a failure dump beside them keeps its directory).
+func (s *Suite) removeEvidence() {
+	s.evidenceMu.Lock()
+	defer s.evidenceMu.Unlock()
+	for _, p := range s.evidence {
+		_ = os.Remove(p)
+		_ = os.Remove(filepath.Dir(p))
+	}
+	if len(s.evidence) > 0 {
+		_ = os.Remove(s.artifactsDir)
+	}
+	s.evidence = nil
 }
