@@ -86,3 +86,24 @@ func TestHotLoopJudgesOneIncarnation(t *testing.T) {
 		t.Fatalf("8 writes of incarnation b and 8 rejected writes of a stale copy of a: crossings %v, want none", h)
 	}
 }
+
+// TestHotLoopThreshold: one writer's writes every 100 ms (10 writes/s) are flagged once 1.5 s of them are
+// recorded, every 110 ms (about 9 writes/s) never, over recorded times rather than a machine's pace.
+func TestHotLoopThreshold(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	every := func(d time.Duration, n int) []Write {
+		var ws []Write
+		for i := range n {
+			ws = append(ws, Write{Time: t0.Add(time.Duration(i) * d), Manager: "op", Controller: "c", Verb: VerbPatch,
+				Kind: "ConfigMap", Namespace: "ns", Name: "m", ResourceVersion: strconv.Itoa(i + 1), UID: "u"})
+		}
+		return ws
+	}
+	h := hotLoopsOf(every(100*time.Millisecond, 100))
+	if len(h) != 1 || h[0].At.Sub(t0) > 1500*time.Millisecond || h[0].N < hotLoopPerSlice*hotLoopSlices {
+		t.Fatalf("10 writes/s for 10 s: crossings %v, want one within 1.5 s of the first write", h)
+	}
+	if h := hotLoopsOf(every(110*time.Millisecond, 100)); len(h) != 0 {
+		t.Fatalf("about 9 writes/s for 11 s: crossings %v, want none", h)
+	}
+}
