@@ -222,7 +222,7 @@ var _ = Describe("harness verdicts under Ginkgo", Ordered, ContinueOnFailure, La
 			Expect(c.Create(loopingConfigMap("spin"))).To(Succeed())
 			// A window no pause of the looper can fill: the wait ends at the hot loop, however long a loaded
 			// machine makes the looper take to reach its rate.
-			took, quietErr = c.Quiescent(5*time.Second, time.Minute)
+			took, quietErr = c.Quiescent(5*time.Second, harnessPatience)
 		})
 		AddReportEntry("looper flagged after", took.Round(time.Millisecond).String())
 		Expect(quietErr).To(MatchError(ContainSubstring("oracle hot-loop: ConfigMap/spin was written")), "Quiescent ends at the hot loop")

@@ -4,9 +4,10 @@
 //	go run ./tools/burn & make test
 //	go run ./tools/burn -d 10m &
 //
-// It spins -n goroutines (default: the number of CPUs) until it is killed, until -d has passed (default 0:
+// It spins -n threads (default: the number of CPUs; more make a load average above the CPU count, as
+// `make test`'s parallel packages do, e.g. -n 16 on two cores) until it is killed, until -d has passed (default 0:
 // no bound) or until its parent exits (a `go run` killed with SIGTERM does not stop its child, so burn
-// watches for that itself). It prints one line when it stops: the goroutines, the time and the spins.
+// watches for that itself). It prints one line when it stops: the threads, the time and the spins.
 package main
 
 import (
@@ -23,7 +24,7 @@ import (
 )
 
 func main() {
-	n := flag.Int("n", runtime.NumCPU(), "goroutines to spin, each keeping one CPU busy")
+	n := flag.Int("n", runtime.NumCPU(), "threads to spin, each one runnable thread on the machine's run queue")
 	d := flag.Duration("d", 0, "stop after this long (0: until killed)")
 	flag.Parse()
 	if *n < 1 || *d < 0 {
@@ -40,18 +41,23 @@ func main() {
 	ctx = untilOrphaned(ctx, os.Getppid(), time.Second)
 	start := time.Now()
 	spins := burn(ctx, *n)
-	fmt.Fprintf(os.Stderr, "burn: %d goroutines for %s, %d spins\n", *n, time.Since(start).Round(time.Millisecond), spins)
+	fmt.Fprintf(os.Stderr, "burn: %d threads for %s, %d spins\n", *n, time.Since(start).Round(time.Millisecond), spins)
 }
 
-// burn spins n goroutines until ctx is done and returns how many spins of 1<<16 iterations they made in
-// all; each makes at least one, so the result is at least n.
+// burn spins n goroutines, each on its own OS thread (GOMAXPROCS is raised to n, so all n run at once and
+// the kernel sees n runnable threads), until ctx is done and returns how many spins of 1<<16 iterations they
+// made in all; each makes at least one, so the result is at least n.
 func burn(ctx context.Context, n int) uint64 {
+	if n > runtime.GOMAXPROCS(0) {
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(n))
+	}
 	var total atomic.Uint64
 	var wg sync.WaitGroup
 	for range n {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			runtime.LockOSThread()
 			x := uint64(1)
 			for {
 				for range 1 << 16 {
