@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
@@ -53,9 +54,12 @@ func (s *Suite) recordingClient(base client.Client, manager, controller string, 
 		err := call()
 		w.Time, w.Err = time.Now(), err
 		// A subresource create (pods/binding, pods/eviction) answers with another object: obj keeps the
-		// resourceVersion it had, which is not the one the write made.
+		// resourceVersion it had, which is not the one the write made. Its uid, like a rejected write's or a
+		// delete's, is still the one of the incarnation the writer meant.
+		rv, uid := answered(obj)
+		w.UID = uid
 		if err == nil && verb != VerbDelete && verb != VerbDeleteAllOf && (verb != VerbCreate || sub == "") {
-			w.ResourceVersion = resourceVersion(obj)
+			w.ResourceVersion = rv
 		}
 		s.rec.addWrite(w)
 		s.perturbAfter(w, f)
@@ -143,30 +147,29 @@ func describe(scheme *runtime.Scheme, obj any) (kind, ns, name string) {
 	return kind, ns, name
 }
 
-// resourceVersion reads the resourceVersion the API server answered a write with: the client writes the
-// response back into the object (or the apply configuration) it was given.
-func resourceVersion(obj any) string {
+// answered reads the resourceVersion and uid of obj after a write: the client writes the API server's
+// response back into the object (or the apply configuration) it was given, so after a rejected write they
+// are the ones the writer sent (often empty).
+func answered(obj any) (string, types.UID) {
 	if o, ok := obj.(client.Object); ok {
-		return o.GetResourceVersion()
+		return o.GetResourceVersion(), o.GetUID()
 	}
 	a, ok := obj.(applyObject)
 	if !ok {
-		return ""
-	}
-	if u, ok := a.ApplyConfiguration.(interface{ GetResourceVersion() string }); ok {
-		return u.GetResourceVersion()
+		return "", ""
 	}
 	b, err := json.Marshal(a.ApplyConfiguration)
 	if err != nil {
-		return ""
+		return "", ""
 	}
 	var m struct {
 		Metadata struct {
-			ResourceVersion string `json:"resourceVersion"`
+			ResourceVersion string    `json:"resourceVersion"`
+			UID             types.UID `json:"uid"`
 		} `json:"metadata"`
 	}
 	_ = json.Unmarshal(b, &m)
-	return m.Metadata.ResourceVersion
+	return m.Metadata.ResourceVersion, m.Metadata.UID
 }
 
 func deref(s *string) string {

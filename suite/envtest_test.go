@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -80,6 +81,70 @@ func (l *looper) SetupWithManager(mgr ctrl.Manager) error {
 		}))).Complete(l)
 }
 
+// patience bounds every wait of the harness's envtest tests on a condition or on quiescence: such a wait
+// returns as soon as its condition holds, so the bound costs nothing while the harness works and only has
+// to outlast a loaded machine. It is Options.StartTimeout's default.
+const patience = 60 * time.Second
+
+// staller holds its pass on every ConfigMap labelled stall=true until release is called for the
+// ConfigMap's namespace (or the manager stops): a namespace with a pass that does not end stays busy at any
+// machine speed, where a writer's or a controller's round trip can outlast a quiescence window on a loaded
+// machine.
+type staller struct {
+	mu       sync.Mutex
+	released map[string]chan struct{}
+}
+
+// stall is the staller TestPlainTestingT's manager runs.
+var stall = &staller{released: map[string]chan struct{}{}}
+
+// gate returns the channel release closes for namespace ns.
+func (st *staller) gate(ns string) chan struct{} {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	ch, ok := st.released[ns]
+	if !ok {
+		ch = make(chan struct{})
+		st.released[ns] = ch
+	}
+	return ch
+}
+
+// release ends the held passes of namespace ns and lets every later one through; call it once per
+// namespace.
+func (st *staller) release(ns string) { close(st.gate(ns)) }
+
+func (st *staller) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	select {
+	case <-st.gate(req.Namespace):
+	case <-ctx.Done():
+	}
+	return ctrl.Result{}, nil
+}
+
+func (st *staller) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).Named("staller").
+		For(&corev1.ConfigMap{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return o.GetLabels()["stall"] == "true"
+		}))).Complete(st)
+}
+
+// requireStalled waits until the staller holds a pass in c's namespace and releases it once c's cleanup
+// has emptied the namespace.
+func requireStalled(t *testing.T, s *Suite, c *Case) {
+	t.Helper()
+	NewWithT(t).Eventually(func() []Pass {
+		var held []Pass
+		for _, p := range c.Passes(PassFilter{Controller: "staller"}) {
+			if p.End.IsZero() {
+				held = append(held, p)
+			}
+		}
+		return held
+	}).WithTimeout(patience).ShouldNot(BeEmpty(), "the staller never held a pass in %s", c.Namespace)
+	c.AfterCleanup(func() { stall.release(c.Namespace) })
+}
+
 // TestPlainTestingT boots the harness from a plain *testing.T (no Ginkgo) with an operator set up by its own
 // SetupWithManager, checks the harness's verdicts both ways through Cases, and checks that Stop leaves no
 // control-plane process and no goroutine of the suite.
@@ -89,9 +154,12 @@ func TestPlainTestingT(t *testing.T) {
 	}
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	s, err := Boot(t.Context(), Options{Scheme: newScheme(), WatchKinds: []client.Object{&corev1.ConfigMap{}},
-		Pins: catalog{"X-1": "a defect"}, CleanupTimeout: 3 * time.Second,
+		Pins: catalog{"X-1": "a defect"},
 		Managers: []ManagerOptions{{Name: "op", Register: func(mgr manager.Manager) error {
 			if err := (&marker{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+				return err
+			}
+			if err := stall.SetupWithManager(mgr); err != nil {
 				return err
 			}
 			return (&looper{Client: mgr.GetClient()}).SetupWithManager(mgr)
@@ -131,29 +199,31 @@ func testWrappedController(t *testing.T, s *Suite) {
 		t.Fatal(err)
 	}
 	// Quiescence cannot see an event still on its way to a controller (a loaded machine stretches that past
-	// 200 ms): wait for the controller's write first, then for the namespace to stay quiet.
-	NewWithT(t).Eventually(func() []Write { return c.Writes(WriteFilter{Manager: "op"}) }).WithTimeout(10 * time.Second).ShouldNot(BeEmpty())
-	c.RequireQuiescent(300*time.Millisecond, 10*time.Second)
+	// any window): wait for what the controller must do first, the write, then a pass its compressed hourly
+	// requeue alone woke, and only then for the namespace to stay quiet.
+	NewWithT(t).Eventually(func() []Write { return c.Writes(WriteFilter{Manager: "op"}) }).WithTimeout(patience).ShouldNot(BeEmpty())
+	requeueOnly := func() int {
+		n := 0
+		for _, p := range c.Passes(PassFilter{Controller: "configmap"}) {
+			if p.Requeued && !p.Event && !p.End.IsZero() {
+				n++
+			}
+		}
+		return n
+	}
+	NewWithT(t).Eventually(requeueOnly).WithTimeout(patience).ShouldNot(BeZero(), "no pass of the controller was woken by its requeue alone")
+	c.RequireQuiescent(300*time.Millisecond, patience)
 	ws := c.Writes(WriteFilter{Manager: "op"})
-	if len(ws) != 1 || ws[0].Controller != "configmap" || ws[0].Pass == 0 || ws[0].Verb != VerbPatch || ws[0].FieldOwner != "operator" || ws[0].ResourceVersion == "" {
-		t.Fatalf("operator writes = %v, want one patch by controller configmap, attributed to a pass", ws)
+	if len(ws) != 1 || ws[0].Controller != "configmap" || ws[0].Pass == 0 || ws[0].Verb != VerbPatch || ws[0].FieldOwner != "operator" || ws[0].ResourceVersion == "" || ws[0].UID == "" {
+		t.Fatalf("operator writes = %v, want one patch by controller configmap, attributed to a pass, with the object's resourceVersion and uid", ws)
 	}
 	ps := c.Passes(PassFilter{Controller: "configmap"})
-	if len(ps) == 0 {
-		t.Fatal("no pass recorded for the controller the builder named configmap")
-	}
 	if last := ps[len(ps)-1]; last.Asked != time.Hour || last.RequeueAfter != 50*time.Millisecond {
 		t.Fatalf("last pass %s: want the asked hour compressed to 50ms", last.line())
 	}
 	// The create's event woke the first pass; the compressed hourly requeue alone wakes the later ones.
-	requeueOnly := 0
-	for _, p := range ps[1:] {
-		if p.Requeued && !p.Event {
-			requeueOnly++
-		}
-	}
-	if !ps[0].Event || requeueOnly == 0 {
-		t.Fatalf("passes %d, first woken by an event: %v, woken by the requeue alone: %d; want the controller's queue to tell them apart", len(ps), ps[0].Event, requeueOnly)
+	if !ps[0].Event || ps[0].Requeued {
+		t.Fatalf("first pass %s woken by an event: %v, by a requeue: %v; want the controller's queue to tell them apart", ps[0].line(), ps[0].Event, ps[0].Requeued)
 	}
 	cm := &corev1.ConfigMap{}
 	if err := c.Get("m", cm); err != nil {
@@ -177,7 +247,7 @@ func testWrappedController(t *testing.T, s *Suite) {
 	if err := closed.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "outside"}}); err != nil {
 		t.Fatal(err)
 	}
-	NewWithT(t).Eventually(func() []Pass { return closed.Passes(PassFilter{Gated: true}) }).WithTimeout(10*time.Second).
+	NewWithT(t).Eventually(func() []Pass { return closed.Passes(PassFilter{Gated: true}) }).WithTimeout(patience).
 		ShouldNot(BeEmpty(), "no gated pass recorded for the unadmitted namespace")
 	if real := closed.Passes(PassFilter{}); len(real) != 0 || len(closed.Writes(WriteFilter{Manager: "op"})) != 0 {
 		t.Fatalf("a request from an unadmitted namespace reached the reconciler: %d passes", len(real))
@@ -197,10 +267,10 @@ func testFieldWriters(t *testing.T, s *Suite) {
 	// The marker sets data.seen on every ConfigMap and the looper overwrites it on the labelled one: a field
 	// two controllers of one binary both write, under one field manager.
 	g := NewWithT(t)
-	g.Eventually(func() map[string][]string { return c.FieldWriters("ConfigMap", "both") }).WithTimeout(10 * time.Second).Should(And(
+	g.Eventually(func() map[string][]string { return c.FieldWriters("ConfigMap", "both") }).WithTimeout(patience).Should(And(
 		HaveKeyWithValue("data.seen", []string{"op/configmap", "op/looper"}),
 		HaveKeyWithValue("data.n", []string{"op/looper"})))
-	g.Eventually(func() map[string][]string { return c.FieldWriters("ConfigMap", "one") }).WithTimeout(10 * time.Second).Should(
+	g.Eventually(func() map[string][]string { return c.FieldWriters("ConfigMap", "one") }).WithTimeout(patience).Should(
 		HaveKeyWithValue("data.seen", []string{"op/configmap"}))
 	// A write that changes nothing answers with the resourceVersion the marker's write made: it must not
 	// take the marker's change over.
@@ -226,21 +296,25 @@ func testQuiescenceVerdicts(t *testing.T, s *Suite) {
 		}
 	}
 	// Nothing happened in the new namespace yet: it has not been quiet for any window before its start.
-	if took, err := quiet.Quiescent(300*time.Millisecond, 10*time.Second); err != nil || took < 250*time.Millisecond {
+	if took, err := quiet.Quiescent(300*time.Millisecond, patience); err != nil || took < 250*time.Millisecond {
 		t.Errorf("a fresh namespace was quiet after %s (%v): quiet time must count from the case's start", took, err)
 	}
 	if err := quiet.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "still"}}); err != nil {
 		t.Fatal(err)
 	}
-	quiet.RequireQuiescent(300*time.Millisecond, 10*time.Second)
+	quiet.RequireQuiescent(300*time.Millisecond, patience)
 
 	p := &probeTB{name: "looping"}
 	defer p.runCleanups()
 	loud := s.NewCase(p)
-	if err := loud.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "spinner", Labels: map[string]string{"loop": "true"}}}); err != nil {
+	// The looper's round trip can outlast the window on a loaded machine; the staller's held pass cannot
+	// end early, so the verdict does not depend on the machine's speed. The looper's writes during the
+	// wait name the object, the field and the writer.
+	if err := loud.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "spinner", Labels: map[string]string{"loop": "true", "stall": "true"}}}); err != nil {
 		t.Fatal(err)
 	}
-	loud.RequireQuiescent(300*time.Millisecond, 2*time.Second)
+	requireStalled(t, s, loud)
+	loud.RequireQuiescent(300*time.Millisecond, 5*time.Second)
 	msg := strings.Join(p.fatals, "\n")
 	for _, want := range []string{errNotQuiet.Error(), "ConfigMap/spinner", "data.n", "op/looper patch"} {
 		if !strings.Contains(msg, want) {
@@ -310,7 +384,7 @@ func testInvariants(t *testing.T, s *Suite) {
 	}
 	var err error
 	NewWithT(t).Eventually(func() error { err = c.TakeViolation("n stays at most 3"); return err }).
-		WithTimeout(10*time.Second).Should(HaveOccurred(), "the invariant never broke")
+		WithTimeout(patience).Should(HaveOccurred(), "the invariant never broke")
 	for _, want := range []string{`invariant "n stays at most 3" violated`, "ConfigMap climber has n=4 > 3", "ConfigMap/" + c.Namespace + "/climber"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("violation does not say %q:\n%v", want, err)
@@ -329,7 +403,7 @@ func testInvariants(t *testing.T, s *Suite) {
 	if err := calm.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "calm"}, Data: map[string]string{"n": "1"}}); err != nil {
 		t.Fatal(err)
 	}
-	calm.RequireQuiescent(300*time.Millisecond, 10*time.Second)
+	calm.RequireQuiescent(300*time.Millisecond, patience)
 	calm.RequireInvariants()
 }
 
@@ -364,7 +438,7 @@ func testRequestedTimeline(t *testing.T, s *Suite) {
 		if err := c.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "m"}}); err != nil {
 			t.Fatal(err)
 		}
-		NewWithT(t).Eventually(func() []Write { return c.Writes(WriteFilter{Manager: "op"}) }).WithTimeout(10 * time.Second).ShouldNot(BeEmpty())
+		NewWithT(t).Eventually(func() []Write { return c.Writes(WriteFilter{Manager: "op"}) }).WithTimeout(patience).ShouldNot(BeEmpty())
 		p.runCleanups()
 		if p.Failed() {
 			t.Fatalf("%s: %q %q", name, p.fatals, p.errors)
@@ -387,6 +461,10 @@ func testRequestedTimeline(t *testing.T, s *Suite) {
 // test double fails as GinkgoT does (Errorf panics), and the case also has a violated invariant: the
 // cleanup must still dump, with both failures marked on the timeline, and still delete the namespace.
 func testDeletionHygiene(t *testing.T, s *Suite) {
+	// The stuck object outlasts any bound: a short one here keeps the test short, and every other case
+	// keeps the generous default, which a loaded machine's deletions need.
+	defer func(d time.Duration) { s.cleanupTimeout = d }(s.cleanupTimeout)
+	s.cleanupTimeout = 3 * time.Second
 	p := &probeTB{name: "hygiene", ginkgo: true}
 	c := s.NewCase(p)
 	c.Invariant("never holds", func(context.Context, client.Reader, string) error { return errors.New("broken from the start") })
@@ -410,7 +488,7 @@ func testDeletionHygiene(t *testing.T, s *Suite) {
 	}
 	NewWithT(t).Eventually(func() bool {
 		return apierrors.IsNotFound(s.Client.Get(t.Context(), client.ObjectKey{Name: c.Namespace}, &corev1.Namespace{}))
-	}).WithTimeout(20*time.Second).Should(BeTrue(), "the namespace controller never removed %s", c.Namespace)
+	}).WithTimeout(patience).Should(BeTrue(), "the namespace controller never removed %s", c.Namespace)
 }
 
 // testLeaderElection starts two ungated instances of the marker on one Lease, scoped to an unadmitted case
@@ -442,7 +520,7 @@ func testLeaderElection(t *testing.T, s *Suite) {
 		}
 		return out
 	}
-	g.Eventually(elected).WithTimeout(10 * time.Second).ShouldNot(BeEmpty())
+	g.Eventually(elected).WithTimeout(patience).ShouldNot(BeEmpty())
 	g.Consistently(elected).WithTimeout(4*leaseRetryPeriod).Should(HaveLen(1), "both instances on one Lease lead")
 	leader, follower := a, b
 	if elected()[0] == b.Name {
@@ -452,8 +530,8 @@ func testLeaderElection(t *testing.T, s *Suite) {
 	if err := c.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "first"}}); err != nil {
 		t.Fatal(err)
 	}
-	g.Eventually(func() []Write { return c.Writes(WriteFilter{Name: "first", Manager: leader.Name}) }).WithTimeout(10 * time.Second).ShouldNot(BeEmpty())
-	c.RequireQuiescent(300*time.Millisecond, 10*time.Second)
+	g.Eventually(func() []Write { return c.Writes(WriteFilter{Name: "first", Manager: leader.Name}) }).WithTimeout(patience).ShouldNot(BeEmpty())
+	c.RequireQuiescent(300*time.Millisecond, patience)
 	if ws, ps := c.Writes(WriteFilter{Manager: follower.Name}), c.Passes(PassFilter{Manager: follower.Name}); len(ws)+len(ps) != 0 {
 		t.Fatalf("the follower %s ran while %s led: %d writes, %d passes", follower.Name, leader.Name, len(ws), len(ps))
 	}
@@ -461,11 +539,11 @@ func testLeaderElection(t *testing.T, s *Suite) {
 	if err := leader.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	g.Eventually(follower.Elected()).WithTimeout(10*time.Second).Should(BeClosed(), "%s never took over from %s", follower.Name, leader.Name)
+	g.Eventually(follower.Elected()).WithTimeout(patience).Should(BeClosed(), "%s never took over from %s", follower.Name, leader.Name)
 	if err := c.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "second"}}); err != nil {
 		t.Fatal(err)
 	}
-	g.Eventually(func() []Write { return c.Writes(WriteFilter{Name: "second", Manager: follower.Name}) }).WithTimeout(10 * time.Second).ShouldNot(BeEmpty())
+	g.Eventually(func() []Write { return c.Writes(WriteFilter{Name: "second", Manager: follower.Name}) }).WithTimeout(patience).ShouldNot(BeEmpty())
 	if ws := c.Writes(WriteFilter{Name: "second", Manager: leader.Name}); len(ws) != 0 {
 		t.Fatalf("the stopped leader %s wrote: %v", leader.Name, ws)
 	}
@@ -481,18 +559,27 @@ func TestControllerWatchingAKindWithNoCRD(t *testing.T) {
 	widget := &metav1.PartialObjectMetadata{}
 	widget.SetGroupVersionKind(schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Widget"})
 	start := time.Now()
+	// The control plane starts within the Options default, as a loaded machine needs. The manager's cache
+	// sync bound is what the test waits out, and no bound lets a kind with no CRD sync: a short one keeps
+	// the test short.
 	s, err := Boot(t.Context(), Options{Scheme: newScheme(), WatchKinds: []client.Object{&corev1.ConfigMap{}},
-		Pins: catalog{}, StartTimeout: 10 * time.Second, KubeControllers: []string{},
-		Managers: []ManagerOptions{{Name: "op", Register: func(mgr manager.Manager) error {
-			return ctrl.NewControllerManagedBy(mgr).For(&corev1.ConfigMap{}).WatchesMetadata(widget, &handler.EnqueueRequestForObject{}).
-				Complete(&marker{Client: mgr.GetClient()})
-		}}}})
+		Pins: catalog{}, KubeControllers: []string{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Stop()
+	s.startTimeout = 5 * time.Second
+	p := &probeTB{name: "no-crd"}
+	c := s.NewCase(p)
+	defer p.runCleanups()
+	_, err = s.StartManager(ManagerOptions{Name: "op", Register: func(mgr manager.Manager) error {
+		return ctrl.NewControllerManagedBy(mgr).For(&corev1.ConfigMap{}).WatchesMetadata(widget, &handler.EnqueueRequestForObject{}).
+			Complete(&marker{Client: mgr.GetClient()})
+	}})
 	if err == nil {
-		defer s.Stop()
-		p := &probeTB{name: "no-crd"}
-		c := s.NewCase(p)
-		defer p.runCleanups()
-		_, err = c.Quiescent(15*time.Second, 30*time.Second)
+		// The manager stops once its controller's sync times out; the next check fails naming it.
+		NewWithT(t).Eventually(s.broken).WithTimeout(patience).Should(HaveOccurred(), "manager op never stopped")
+		_, err = c.Quiescent(time.Second, patience)
 	}
 	t.Logf("after %s: %v", time.Since(start).Round(time.Millisecond), err)
 	if err == nil || !strings.Contains(err.Error(), "manager op") {

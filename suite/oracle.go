@@ -7,6 +7,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Oracle names one of the checks every Case runs without being asked (docs/architecture.md, "Oracles").
@@ -15,8 +17,8 @@ type Oracle string
 
 // The oracles every case runs.
 const (
-	// HotLoop fails a case in which the writers of one object answer each other's writes at 10 writes/s
-	// or more for 1.5 s (at least 5 writes in each of three consecutive 500 ms slices, and no other
+	// HotLoop fails a case in which the writers of one object (one incarnation: one uid, so a name
+	// deleted and created again starts afresh) answer each other's writes at 10 writes/s or more for 1.5 s (at least 5 writes in each of three consecutive 500 ms slices, and no other
 	// object of the namespace changed in between by a writer that does not write this object), such as two
 	// field managers flipping a field. It counts the
 	// writes of the operators and fakes that changed the object or were rejected; not the spec's own, not
@@ -246,9 +248,12 @@ func (h hotLoop) String() string {
 		h.At.Sub(h.First).Round(time.Millisecond), h.First.Format("15:04:05.000"), h.At.Format("15:04:05.000"), strings.Join(w, ", "))
 }
 
-// hotLoops keeps, per object, the writes of the last hotLoopWindow and the first crossing of the
-// threshold. Guarded by the recorder's lock.
+// hotLoops keeps, per object incarnation (kind, namespace, name and uid), the writes of the last 1.5 s and
+// the first crossing of the threshold. Guarded by the recorder's lock.
 type hotLoops struct {
+	// uid is the uid of each name's latest incarnation (kind/namespace/name), which a write that names no
+	// uid (a create the API server refused, an apply) is counted against.
+	uid map[string]types.UID
 	// rv is each object's resourceVersion after its latest recorded write.
 	rv map[string]string
 	// nsSeq counts the writes that changed an object, per namespace, and nsLog keeps the last 1.5 s of
@@ -263,7 +268,7 @@ type hotLoops struct {
 }
 
 func newHotLoops() *hotLoops {
-	return &hotLoops{rv: map[string]string{}, nsSeq: map[string]int64{}, nsLog: map[string][]nsWrite{}, lastSeq: map[string]int64{}, writers: map[string]map[string]bool{}, recent: map[string][]Write{}, tripped: map[string]hotLoop{}}
+	return &hotLoops{uid: map[string]types.UID{}, rv: map[string]string{}, nsSeq: map[string]int64{}, nsLog: map[string][]nsWrite{}, lastSeq: map[string]int64{}, writers: map[string]map[string]bool{}, recent: map[string][]Write{}, tripped: map[string]hotLoop{}}
 }
 
 // observe adds a write and notes the first time its object crosses the threshold.
@@ -271,7 +276,7 @@ func (h *hotLoops) observe(w Write) {
 	if w.Name == "" {
 		return
 	}
-	id := w.Kind + "/" + w.Namespace + "/" + w.Name
+	id := h.incarnation(w)
 	if w.Err == nil && w.ResourceVersion != "" {
 		if h.rv[id] == w.ResourceVersion {
 			return // a no-op: the object did not change, so no watch event can answer it
@@ -319,6 +324,20 @@ func (h *hotLoops) observe(w Write) {
 		writers[x.writer()+" "+string(x.Verb)]++
 	}
 	h.tripped[id] = hotLoop{Namespace: w.Namespace, Kind: w.Kind, Name: w.Name, First: ws[0].Time, At: w.Time, N: len(ws), Writers: writers, writes: append([]Write(nil), ws...)}
+}
+
+// incarnation names the object incarnation w wrote: "kind/namespace/name uid". A write that names no uid
+// is counted against the name's latest incarnation; one that succeeded with a new uid makes it the latest.
+func (h *hotLoops) incarnation(w Write) string {
+	name := w.Kind + "/" + w.Namespace + "/" + w.Name
+	uid := w.UID
+	switch {
+	case uid == "":
+		uid = h.uid[name]
+	case w.Err == nil:
+		h.uid[name] = uid
+	}
+	return name + " " + string(uid)
 }
 
 // nsWrite is a write that changed an object, in its namespace's order.

@@ -40,7 +40,7 @@ func testPerturbation(t *testing.T, s *Suite) {
 		if err := c.Create(cm(name, false)); err != nil {
 			t.Fatal(err)
 		}
-		NewWithT(t).Eventually(seen(c, name)).WithTimeout(10 * time.Second).Should(Equal("yes"))
+		NewWithT(t).Eventually(seen(c, name)).WithTimeout(patience).Should(Equal("yes"))
 	}
 	t.Run("conflict on the first write", func(t *testing.T) {
 		c := s.NewCase(t)
@@ -65,7 +65,7 @@ func testPerturbation(t *testing.T, s *Suite) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			return s.managers["op"]
-		}).WithTimeout(20 * time.Second).ShouldNot(Or(BeNil(), BeIdenticalTo(old)))
+		}).WithTimeout(patience).ShouldNot(Or(BeNil(), BeIdenticalTo(old)))
 		if old.wm.fence.Load() == nil {
 			t.Fatal("the stopped instance is not fenced")
 		}
@@ -87,7 +87,7 @@ func testPerturbation(t *testing.T, s *Suite) {
 		if err := c.Create(cm("other", false)); err != nil {
 			t.Fatal(err)
 		}
-		NewWithT(t).Eventually(cached).WithTimeout(10 * time.Second).Should(Equal("yes"))
+		NewWithT(t).Eventually(cached).WithTimeout(patience).Should(Equal("yes"))
 	})
 	t.Run("a quiescence check ends a hold that lasts until quiet", func(t *testing.T) {
 		c := s.NewCase(t)
@@ -95,7 +95,7 @@ func testPerturbation(t *testing.T, s *Suite) {
 		createSeen(t, c, "q")
 		// A window shorter than the hold's own 300 ms of quiet: without the release the check would return
 		// while op's cache still lacks the marker's write.
-		c.RequireQuiescent(100*time.Millisecond, 10*time.Second)
+		c.RequireQuiescent(100*time.Millisecond, patience)
 		if got := cachedSeen(t, s, c, "q")(); got != "yes" {
 			t.Fatalf("after RequireQuiescent op's cache reads seen=%q: the hold outlived the spec's quiescence check", got)
 		}
@@ -145,14 +145,14 @@ func testPerturbation(t *testing.T, s *Suite) {
 		}
 		cached := cachedSeen(t, s, c, "cs")
 		createSeen(t, c, "cs")
-		NewWithT(t).Eventually(cached).WithTimeout(10*time.Second).Should(Equal(""), "op's cache has cs, without the marker's write")
+		NewWithT(t).Eventually(cached).WithTimeout(patience).Should(Equal(""), "op's cache has cs, without the marker's write")
 		if got := cached(); got != "" {
 			t.Fatalf("op's cache reads seen=%q, want the marker's write (cs's second change) held", got)
 		}
 		if err := c.Create(cm("after", false)); err != nil {
 			t.Fatal(err)
 		}
-		NewWithT(t).Eventually(cached).WithTimeout(10 * time.Second).Should(Equal("yes"))
+		NewWithT(t).Eventually(cached).WithTimeout(patience).Should(Equal("yes"))
 		points, firedAt, errs := c.endPerturbation()
 		if len(points) != 2 || len(errs) != 0 || !slices.ContainsFunc(firedAt, func(f string) bool {
 			return strings.HasPrefix(f, "stale@op:ConfigMap/cs^2+1 at ConfigMap/cs (its change 2")
@@ -173,11 +173,11 @@ func testPerturbation(t *testing.T, s *Suite) {
 			s.mu.Lock()
 			defer s.mu.Unlock()
 			return s.managers["op"]
-		}).WithTimeout(20 * time.Second).ShouldNot(Or(BeNil(), BeIdenticalTo(old)))
+		}).WithTimeout(patience).ShouldNot(Or(BeNil(), BeIdenticalTo(old)))
 		if f := old.wm.fence.Load(); f == nil || f.String() != "restart@op:ConfigMap/cr^1" {
 			t.Fatalf("the stopped instance's fence is %v, want the change point", f)
 		}
-		NewWithT(t).Eventually(seen(c, "cr")).WithTimeout(10 * time.Second).Should(Equal("yes"))
+		NewWithT(t).Eventually(seen(c, "cr")).WithTimeout(patience).Should(Equal("yes"))
 	})
 	t.Run("the handle follows a restart", func(t *testing.T) {
 		c := s.NewCase(t, Unadmitted())
@@ -197,7 +197,7 @@ func testPerturbation(t *testing.T, s *Suite) {
 			defer s.mu.Unlock()
 			return s.managers["own"]
 		}
-		NewWithT(t).Eventually(current).WithTimeout(20 * time.Second).ShouldNot(Or(BeNil(), BeIdenticalTo(m)))
+		NewWithT(t).Eventually(current).WithTimeout(patience).ShouldNot(Or(BeNil(), BeIdenticalTo(m)))
 		// Ending the case's points waits for the restart, and a restart ends once the fresh instance's
 		// controllers run: the verdicts that follow see it reconcile.
 		if _, _, errs := c.endPerturbation(); len(errs) != 0 {
@@ -229,7 +229,7 @@ func testPerturbation(t *testing.T, s *Suite) {
 			if err := c.Create(o); err != nil {
 				t.Fatal(err)
 			}
-			NewWithT(t).Eventually(seen(c, "x")).WithTimeout(10 * time.Second).Should(Equal("yes"))
+			NewWithT(t).Eventually(seen(c, "x")).WithTimeout(patience).Should(Equal("yes"))
 			p.runCleanups()
 			return p
 		}
@@ -267,7 +267,7 @@ func testPerturbation(t *testing.T, s *Suite) {
 		if err := c0.Create(o0); err != nil {
 			t.Fatal(err)
 		}
-		NewWithT(t).Eventually(seen(c0, "x")).WithTimeout(10 * time.Second).Should(Equal("yes"))
+		NewWithT(t).Eventually(seen(c0, "x")).WithTimeout(patience).Should(Equal("yes"))
 		p.runCleanups()
 		if p.Failed() || !strings.Contains(strings.Join(p.reports, "\n"), "not judged: the case opted out of convergence") {
 			t.Fatalf("a case that opted out of Convergence: errors %q reports %q, want no differential verdict and a report saying so", p.errors, p.reports)
@@ -280,7 +280,7 @@ func testPerturbation(t *testing.T, s *Suite) {
 		if err := c.Create(o); err != nil {
 			t.Fatal(err)
 		}
-		NewWithT(t).Eventually(seen(c, "x")).WithTimeout(10 * time.Second).Should(Equal("yes"))
+		NewWithT(t).Eventually(seen(c, "x")).WithTimeout(patience).Should(Equal("yes"))
 		p.runCleanups()
 		if p.Failed() || len(p.reports) != 1 || !strings.Contains(p.reports[0], "the test writes another value on purpose") {
 			t.Fatalf("an allowed difference: errors %q reports %q, want no failure and the reason reported", p.errors, p.reports)

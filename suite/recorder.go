@@ -53,6 +53,10 @@ type Write struct {
 	// write, for deletes and for subresource creates (a pods/binding answers with no pod). The Change with
 	// the same resourceVersion is the one this write made.
 	ResourceVersion string
+	// UID is the object's metadata.uid: the API server's answer for a write that succeeded, else the uid
+	// the writer's object carried (empty when it carried none, as a create's or an apply's often does).
+	// A name deleted and created again is another object, with another uid.
+	UID types.UID
 	// FieldOwner is the field manager the write named; empty when it named none (the API server then
 	// derives one from the User-Agent).
 	FieldOwner string
