@@ -2,7 +2,7 @@ package scenarios
 
 import (
 	"slices"
-	"time"
+	"strconv"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -24,11 +24,14 @@ import (
 // phasePath is the stream's path of a pod's pool phase label.
 const phasePath = "metadata.labels." + matrixone.LabelPhase
 
-// phaseHistory returns the pool phases pod name went through since since, from the event stream: the
-// phase before its first phase change since then, then each new phase ([] when it never changed).
-func phaseHistory(c *suite.Case, name string, since time.Time) []string {
+// phaseHistory returns the pool phases pod name went through in the changes after revision after (see
+// revision): the phase before its first phase change, then each new phase ([] when it never changed).
+func phaseHistory(c *suite.Case, name string, after int64) []string {
 	var out []string
-	for _, ch := range c.Changes(suite.ChangeFilter{Kind: "Pod", Name: name, Since: since}) {
+	for _, ch := range c.Changes(suite.ChangeFilter{Kind: "Pod", Name: name}) {
+		if rv(ch) <= after {
+			continue
+		}
 		for _, f := range ch.Fields {
 			if f.Path == phasePath {
 				if len(out) == 0 {
@@ -41,13 +44,29 @@ func phaseHistory(c *suite.Case, name string, since time.Time) []string {
 	return out
 }
 
-// deletedPods returns the names of the case's pods deleted since since.
-func deletedPods(c *suite.Case, since time.Time) []string {
+// deletedPods returns the names of the case's pods deleted after revision after (see revision).
+func deletedPods(c *suite.Case, after int64) []string {
 	var out []string
-	for _, ch := range c.Changes(suite.ChangeFilter{Kind: "Pod", Type: suite.Deleted, Since: since}) {
-		out = append(out, ch.Name)
+	for _, ch := range c.Changes(suite.ChangeFilter{Kind: "Pod", Type: suite.Deleted}) {
+		if rv(ch) > after {
+			out = append(out, ch.Name)
+		}
 	}
 	return out
+}
+
+// revision returns the API server's resourceVersion now (an etcd revision, as a number), read from a list
+// of the case's pods: every change the API server made before the list has a resourceVersion at most this,
+// every later one a greater. The stream stamps a change with the time it saw it, which trails the API
+// reads a spec waits on, so a pod deletion a step waited for can carry a time after the next step began:
+// a step's boundary in the stream is a revision, not a time.
+func revision(c *suite.Case) int64 {
+	GinkgoHelper()
+	pods := &corev1.PodList{}
+	Expect(c.List(pods, client.Limit(1))).To(Succeed())
+	n, err := strconv.ParseInt(pods.ResourceVersion, 10, 64)
+	Expect(err).NotTo(HaveOccurred(), "resourceVersion %q of a pod list", pods.ResourceVersion)
+	return n
 }
 
 // setClaimSetReplicas sets spec.replicas of claim set name.
@@ -122,7 +141,7 @@ var _ = Describe("matrixone CNPool and CNClaimSet", Label("matrixone", "claim"),
 		// The stream may trail the API reads above by a few events.
 		Eventually(func(g Gomega) {
 			for cl, p := range podOf {
-				h := phaseHistory(c, p, c.Started)
+				h := phaseHistory(c, p, 0)
 				i := slices.Index(h, matrixone.PhaseBound)
 				g.Expect(i).To(BeNumerically(">", 0), "pod %s of claim %s: phases %v", p, cl, h)
 				g.Expect(h[i-1]).To(Equal(matrixone.PhaseIdle), "claim %s bound pod %s before it was Idle: phases %v", cl, p, h)
@@ -132,7 +151,9 @@ var _ = Describe("matrixone CNPool and CNClaimSet", Label("matrixone", "claim"),
 
 		By("scaling the claim set back in to 1 claim")
 		uids := podUIDs(c)
-		scaledIn := time.Now()
+		// A pod the pool made for a pending claim during the scale-out and deleted as surplus may reach the
+		// stream only after this point: the scale-in's changes are those after this revision.
+		scaledIn := revision(c)
 		setClaimSetReplicas(c, set, 1)
 		left := e.expectClaimSet(set, 1)
 		// All three are Bound with the same deletion cost (no sessions): the set keeps the last by name.
@@ -202,7 +223,7 @@ var _ = Describe("matrixone CNPool and CNClaimSet", Label("matrixone", "claim"),
 		uid := podUIDs(c)[pa]
 
 		By("deleting an Idle pod: the pool replaces it")
-		deleted := time.Now()
+		deleted := revision(c)
 		Expect(c.Delete(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: idle[0]}})).To(Succeed())
 		Eventually(func() []string { return deletedPods(c, deleted) }).WithTimeout(claimTimeout).
 			Should(ConsistOf(idle[0]), "pod %s was never deleted (CNStore drains it first)", idle[0])
