@@ -55,9 +55,12 @@ var Default = Catalog{
 		ID:      "MG-PRUNE-ON-STALE-PODS",
 		Title:   "poolers of pods missing from the cached pod list are shut down: a pod the cache has not seen yet loses its live pooler and never gets a role",
 		Source:  "under load a new pool pod's pooler registered before the shard controller's cache saw the pod; it was set SERVING -> SHUTDOWN and the shard stayed PoolsReady=false",
-		Default: Live,
+		Default: Fixed,
 		Specs:   []string{"multigres pins MG-PRUNE-ON-STALE-PODS: a pool scaled 2 -> 3 with the new pod held from the shard controller's cache while its pooler registers"},
 		Retire:  "when the operator confirms a pod is gone with an uncached read before shutting down its pooler; replace the pin with a positive assertion that the pod gets its role",
+		// Live by default it was met by chance by specs other than its pin (about one full run in 8) under
+		// load; fixed in the shared manager (issue 16), the pin keeps it live in a multigres instance of its own.
+		OwnInstanceLive: true,
 	},
 	{
 		ID:      "MO-UNSCOPED-OPERATOR",

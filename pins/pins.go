@@ -40,6 +40,11 @@ type Defect struct {
 	Specs []string
 	// Retire says when the entry leaves the catalog.
 	Retire string
+	// OwnInstanceLive says the entry's pin runs an operator instance of its own, scoped to its case's
+	// namespace, that gives the defect the state opposite to the run's: live while the run's is fixed. The
+	// suite's shared managers keep the run's state, so with a Default of fixed no other spec meets the defect
+	// while the pin still holds it live. ENSEMBLE_DEFECTS flips both (see PinState).
+	OwnInstanceLive bool
 }
 
 // Catalog is the list of defects; it implements suite.PinCatalog.
@@ -151,4 +156,22 @@ func (c Catalog) State(id string) (State, error) {
 		return Live, nil
 	}
 	return Fixed, nil
+}
+
+// PinState returns the state the pin of defect id gives its own operator instance: State(id), or its
+// opposite when the entry is OwnInstanceLive. So with no override an OwnInstanceLive entry's pin runs the
+// defect live, and ENSEMBLE_DEFECTS=id=live (the defect matrix's flip of a fixed Default) runs it fixed.
+// Errors: those of State.
+func (c Catalog) PinState(id string) (State, error) {
+	st, err := c.State(id)
+	if err != nil {
+		return "", err
+	}
+	if d, _ := c.Get(id); d.OwnInstanceLive {
+		if st == Live {
+			return Fixed, nil
+		}
+		return Live, nil
+	}
+	return st, nil
 }

@@ -42,6 +42,26 @@ func TestStates(t *testing.T) {
 	}
 }
 
+// An OwnInstanceLive entry's pin runs the state opposite to the run's; any other entry's pin the run's.
+func TestPinState(t *testing.T) {
+	c := Catalog{{ID: "X-OWN", Default: Fixed, OwnInstanceLive: true}, {ID: "X-SHARED", Default: Fixed}}
+	for env, want := range map[string][2]State{
+		"":                           {Live, Fixed},
+		"X-OWN=live,X-SHARED=live":   {Fixed, Live},
+		"X-OWN=fixed,X-SHARED=fixed": {Live, Fixed},
+	} {
+		t.Setenv(EnvVar, env)
+		own, err1 := c.PinState("X-OWN")
+		shared, err2 := c.PinState("X-SHARED")
+		if err1 != nil || err2 != nil || own != want[0] || shared != want[1] {
+			t.Errorf("%s=%q: PinState = %v (%v), %v (%v), want %v, %v", EnvVar, env, own, err1, shared, err2, want[0], want[1])
+		}
+	}
+	if _, err := c.PinState("NOPE"); err == nil {
+		t.Error("PinState of an unknown ID returned no error")
+	}
+}
+
 func TestCatalogIsComplete(t *testing.T) {
 	seen := map[string]bool{}
 	for _, d := range Default {
@@ -51,6 +71,9 @@ func TestCatalogIsComplete(t *testing.T) {
 		seen[d.ID] = true
 		if d.Title == "" || d.Source == "" || len(d.Specs) == 0 || d.Retire == "" || (d.Default != Live && d.Default != Fixed) {
 			t.Errorf("%s is incomplete: %+v", d.ID, d)
+		}
+		if d.OwnInstanceLive && d.Default != Fixed {
+			t.Errorf("%s: OwnInstanceLive with Default %s: its pin's own instance would run it fixed", d.ID, d.Default)
 		}
 	}
 	if len(Default) != 14 {

@@ -6,12 +6,14 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 
 	"github.com/ensembletest/ensemble/fakes/pooler"
 	"github.com/ensembletest/ensemble/fixtures"
 	"github.com/ensembletest/ensemble/operators/multigres"
 	mgv1 "github.com/ensembletest/ensemble/operators/multigres/api/v1alpha1"
 	"github.com/ensembletest/ensemble/operators/multigres/topo"
+	"github.com/ensembletest/ensemble/pins"
 	"github.com/ensembletest/ensemble/suite"
 	"github.com/ensembletest/ensemble/suite/perturb"
 )
@@ -19,11 +21,31 @@ import (
 // Pruning on a stale view: the Shard controller shuts down the pooler of every pod missing from its pod
 // list, and that list comes from its manager's cache while topology is read fresh. A stale point on the
 // new pod's create holds the pod from that cache while the pooler registers, the interleaving that load
-// produced by chance.
+// produced by chance. The suite's shared multigres manager runs the defect fixed (its catalog default), so
+// no other spec meets it; the pin runs a multigres instance of its own, scoped to its case's namespace, in
+// the state pins.Default.PinState gives it: live, and fixed under ENSEMBLE_DEFECTS=MG-PRUNE-ON-STALE-PODS=live
+// (the defect matrix's flip, which then turns the shared manager live).
 
 var _ = Describe("multigres", Label("multigres"), func() {
 	It("pins MG-PRUNE-ON-STALE-PODS: a pool scaled 2 -> 3 with the new pod held from the shard controller's cache while its pooler registers", Label("pin"), stalePrunePinSpec)
 })
+
+// stalePruneManager is the name of the pin's own multigres manager.
+const stalePruneManager = "mg-prune"
+
+// multigresInstance starts a multigres manager of the case's own, named name, ungated and scoped to the
+// case's namespace (which must be Unadmitted, so the suite's gated multigres manager leaves it alone), with
+// opts, against the suite's topology. It stops after the case's cleanup; a start that fails fails the spec.
+func multigresInstance(c *suite.Case, name string, opts multigres.Options) *suite.Manager {
+	GinkgoHelper()
+	mo := fixtures.MultigresManager(name, opts, topology)
+	mo.Ungated = true
+	mo.Cache = cache.Options{DefaultNamespaces: map[string]cache.Config{c.Namespace: {}}}
+	m, err := s.StartManager(mo)
+	Expect(err).NotTo(HaveOccurred())
+	c.AfterCleanup(func() { _ = m.Stop() })
+	return m
+}
 
 // staleHoldWrites is the stale point's count of further writes in the namespace: far more than the case
 // makes before it calls Release (the shard retries the held pod's create about once per requeue), so the
@@ -36,14 +58,17 @@ const staleHoldWrites = 1000
 // defect the pass set it SHUTDOWN; without it the pooler stays SERVING and, once the hold is released, the
 // pod gets its role and the shard is Healthy.
 func stalePrunePinSpec() {
-	c := s.NewCase(GinkgoT())
+	c := s.NewCase(GinkgoT(), suite.Unadmitted())
+	st, err := pins.Default.PinState(multigres.DefectPruneOnStalePods)
+	Expect(err).NotTo(HaveOccurred())
+	mgr := multigresInstance(c, stalePruneManager, mgOptions.WithDefect(multigres.DefectPruneOnStalePods, st == pins.Live))
 	spec := fixtures.MultigresSpec{}
 	bringUpHealthy(c, spec)
 	names := spec.Names()
 	newPod := spec.PoolPods("main", 3)[2]
 	poolerName := pooler.PoolerNamePrefix + newPod
 
-	c.Perturb(perturb.Point{Mode: perturb.Stale, Writer: "multigres/" + multigres.ShardControllerName,
+	c.Perturb(perturb.Point{Mode: perturb.Stale, Writer: mgr.Name + "/" + multigres.ShardControllerName,
 		Object: "Pod/" + newPod, Nth: 1, For: staleHoldWrites})
 	setPoolReplicas(c, names.Cluster, "main", 3)
 

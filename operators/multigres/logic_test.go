@@ -218,7 +218,7 @@ func TestUnconvergedRequeue(t *testing.T) {
 func TestOptions(t *testing.T) {
 	o := DefaultOptions()
 	for _, id := range DefectIDs() {
-		if want := id == DefectConditionMapOrder || id == DefectPruneOnStalePods; o.IsLive(id) != want {
+		if want := id == DefectConditionMapOrder; o.IsLive(id) != want {
 			t.Errorf("%s live=%v, want %v", id, o.IsLive(id), want)
 		}
 	}
