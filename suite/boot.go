@@ -36,15 +36,16 @@ import (
 // defaultRequeueClamp is Options.RequeueClamp's default.
 const defaultRequeueClamp = 50 * time.Millisecond
 
-// The Lease timings of a manager with LeaderElection, shorter than controller-runtime's 15 s, 10 s and 2 s so
-// that a spec sees a takeover in well under a second. A follower tries to acquire the Lease every
+// The Lease timings of a manager with LeaderElection. A follower tries to acquire the Lease every
 // leaseRetryPeriod (and the leader renews it as often), so it takes over within about that once the leader's
-// Stop releases it. A leader that cannot renew within leaseRenewDeadline stops leading, and its manager
-// stops with "leader election lost", which fails the run: 3 s leaves room for an API server slowed by a
-// loaded machine. A Lease left unrenewed for leaseDuration (a holder gone without releasing it) may be taken.
+// Stop releases it: 250 ms, where controller-runtime waits 2 s. A leader that cannot renew within
+// leaseRenewDeadline stops leading, and its manager stops with "leader election lost", which fails the run,
+// so the deadline and the lease keep controller-runtime's 10 s and 15 s: a 3 s deadline was lost by the
+// sentinel's manager on a machine whose two cores were saturated. A Lease left unrenewed for leaseDuration (a
+// holder gone without releasing it) may be taken.
 const (
-	leaseDuration      = 4 * time.Second
-	leaseRenewDeadline = 3 * time.Second
+	leaseDuration      = 15 * time.Second
+	leaseRenewDeadline = 10 * time.Second
 	leaseRetryPeriod   = 250 * time.Millisecond
 )
 
@@ -108,7 +109,7 @@ type ManagerOptions struct {
 	UserAgent string
 	// LeaderElection turns leader election on, with LeaderElectionID as the Lease name in
 	// LeaderElectionNamespace (default "default"), on the harness's short lease timings (leaseDuration,
-	// leaseRenewDeadline, leaseRetryPeriod: 4 s, 3 s, 250 ms). The manager's controllers start only once it
+	// leaseRenewDeadline, leaseRetryPeriod: 15 s, 10 s, 250 ms). The manager's controllers start only once it
 	// leads (Manager.Elected); Manager.Stop releases the Lease, so another instance on it takes over within
 	// about 250 ms.
 	LeaderElection          bool
