@@ -263,7 +263,9 @@ func openHeadless(t *testing.T, pageURL string) (context.Context, func() seenInB
 	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.NoSandbox, chromedp.DisableGPU,
 		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true),
-		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1600, 900))
+		chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1600, 900),
+		// Chromium leaves its org.chromium.Chromium.* singleton directory in TMPDIR: the test's own, removed with it.
+		chromedp.Env("TMPDIR="+t.TempDir()))
 	if chrome := os.Getenv("CHROME"); chrome != "" {
 		if _, err := exec.LookPath(chrome); err != nil {
 			t.Fatalf("CHROME=%s is not an executable (%v): set CHROME to a Chrome or Chromium binary, or unset it to let chromedp look for one", chrome, err)
