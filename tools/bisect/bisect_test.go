@@ -193,9 +193,8 @@ func TestBisectNamesTheFirstBadCommitAndLeavesTheCheckoutAlone(t *testing.T) {
 	before := state(t, repo, e)
 
 	start := time.Now()
-	cmd := exec.Command("bash", sh)
-	cmd.Dir = filepath.Join(repo) // bisect.sh bisects the checkout it is run in
-	cmd.Env = env(tmp, "GOOD="+hashes[0], "FOCUS=TestSum", "BISECT_TEST_CMD="+testCmd)
+	// bisect.sh bisects the checkout it is run in
+	cmd := bisectCmd(sh, repo, tmp, "GOOD="+hashes[0], "FOCUS=TestSum", "BISECT_TEST_CMD="+testCmd)
 	outb, err := cmd.CombinedOutput()
 	out := string(outb)
 	t.Logf("bisect.sh took %s:\n%s", time.Since(start).Round(time.Millisecond), out)
@@ -230,9 +229,7 @@ func TestBisectSkipsACommitThatDoesNotCompile(t *testing.T) {
 	repo, hashes := tinyRepo(t, tmp)
 	// BAD is commit 3 (Sum still right): with GOOD commit 1 the only commit between is 2, which bisect must
 	// test; make TestSum fail at 3 by focusing a test command that fails from 3 on (mul.go compiles there).
-	cmd := exec.Command("bash", sh)
-	cmd.Dir = repo
-	cmd.Env = env(tmp, "GOOD="+hashes[0], "BAD="+hashes[2], "FOCUS=TestSum",
+	cmd := bisectCmd(sh, repo, tmp, "GOOD="+hashes[0], "BAD="+hashes[2], "FOCUS=TestSum",
 		"BISECT_TEST_CMD=test ! -f mul.go && "+testCmd)
 	outb, err := cmd.CombinedOutput()
 	out := string(outb)
@@ -259,9 +256,7 @@ func TestBisectSaysWhatToPass(t *testing.T) {
 		{[]string{"FOCUS=TestSum"}, "make bisect: pass GOOD=<rev>"},
 		{[]string{"GOOD=HEAD~2"}, "make bisect: pass FOCUS=<spec regexp>"},
 	} {
-		cmd := exec.Command("bash", sh)
-		cmd.Dir = tmp
-		cmd.Env = env(tmp, c.env...)
+		cmd := bisectCmd(sh, tmp, tmp, c.env...)
 		out, err := cmd.CombinedOutput()
 		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
 		if err == nil || len(lines) != 1 || !strings.HasPrefix(lines[0], c.want) {
@@ -280,9 +275,7 @@ func TestBisectCleansUpOnCtrlC(t *testing.T) {
 	before := state(t, repo, e)
 	mark := filepath.Join(t.TempDir(), "step-started")
 
-	cmd := exec.Command("bash", sh)
-	cmd.Dir = repo
-	cmd.Env = env(tmp, "GOOD="+hashes[0], "FOCUS=TestSum", "MARK="+mark, `BISECT_TEST_CMD=touch "$MARK"; sleep 30`)
+	cmd := bisectCmd(sh, repo, tmp, "GOOD="+hashes[0], "FOCUS=TestSum", "MARK="+mark, `BISECT_TEST_CMD=touch "$MARK"; sleep 30`)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
@@ -337,9 +330,7 @@ func TestBisectOnADirtyCheckoutSaysTheChangesAreNotBisected(t *testing.T) {
 	tmp := t.TempDir()
 	// tinyRepo's checkout has uncommitted changes; BAD is commit 3, at which TestSum passes.
 	repo, hashes := tinyRepo(t, tmp)
-	cmd := exec.Command("bash", sh)
-	cmd.Dir = repo
-	cmd.Env = env(tmp, "GOOD="+hashes[0], "BAD="+hashes[2], "FOCUS=TestSum", "BISECT_TEST_CMD="+testCmd)
+	cmd := bisectCmd(sh, repo, tmp, "GOOD="+hashes[0], "BAD="+hashes[2], "FOCUS=TestSum", "BISECT_TEST_CMD="+testCmd)
 	outb, err := cmd.CombinedOutput()
 	lines := strings.Split(strings.TrimSpace(string(outb)), "\n")
 	last := lines[len(lines)-1]
@@ -350,4 +341,12 @@ func TestBisectOnADirtyCheckoutSaysTheChangesAreNotBisected(t *testing.T) {
 	if l := leftovers(t, tmp); len(l) > 0 {
 		t.Errorf("bisect.sh left %v in its temp dir", l)
 	}
+}
+
+// bisectCmd is bisect.sh run in dir, with env(tmp, vars...) as its environment.
+func bisectCmd(sh, dir, tmp string, vars ...string) *exec.Cmd {
+	cmd := exec.Command("bash", sh)
+	cmd.Dir = dir
+	cmd.Env = env(tmp, vars...)
+	return cmd
 }
