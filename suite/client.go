@@ -158,6 +158,15 @@ func answered(obj any) (string, types.UID) {
 	if !ok {
 		return "", ""
 	}
+	// An apply configuration made from an unstructured object (client.ApplyConfigurationFromUnstructured)
+	// answers directly; a generated one is read through its JSON.
+	type plain interface {
+		GetResourceVersion() string
+		GetUID() types.UID
+	}
+	if p, ok := a.ApplyConfiguration.(plain); ok {
+		return p.GetResourceVersion(), p.GetUID()
+	}
 	b, err := json.Marshal(a.ApplyConfiguration)
 	if err != nil {
 		return "", ""

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -204,18 +205,26 @@ func (st *stream) lastChange(ns string) time.Time {
 }
 
 // flatten renders an object as leaf path -> value, without resourceVersion, managedFields and timestamps.
+// An unstructured object is read as it is (it is not copied: flatten only reads it).
 func flatten(obj client.Object) map[string]string {
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-	if err != nil {
-		return map[string]string{"<unconvertible>": err.Error()}
-	}
-	if md, ok := m["metadata"].(map[string]any); ok {
-		delete(md, "resourceVersion")
-		delete(md, "managedFields")
+	var m map[string]any
+	if u, ok := obj.(*unstructured.Unstructured); ok {
+		m = u.Object
+	} else {
+		var err error
+		if m, err = runtime.DefaultUnstructuredConverter.ToUnstructured(obj); err != nil {
+			return map[string]string{"<unconvertible>": err.Error()}
+		}
 	}
 	out := map[string]string{}
 	flattenInto(out, "", m)
 	return out
+}
+
+// ignoredMetadataKey reports whether a key of metadata is one the stream sets aside: the resourceVersion,
+// which every write changes, and managedFields.
+func ignoredMetadataKey(prefix, k string) bool {
+	return prefix == "metadata" && (k == "resourceVersion" || k == "managedFields")
 }
 
 // ignoredTimeKey reports whether a map key holds a timestamp the stream sets aside (deletionTimestamp is
@@ -234,7 +243,7 @@ func flattenInto(out map[string]string, prefix string, v any) {
 			out[prefix] = "{}"
 		}
 		for k, e := range t {
-			if ignoredTimeKey(k) {
+			if ignoredTimeKey(k) || ignoredMetadataKey(prefix, k) {
 				continue
 			}
 			p := k
@@ -259,6 +268,14 @@ func flattenInto(out map[string]string, prefix string, v any) {
 			}
 			flattenInto(out, prefix+"["+sel+"]", e)
 		}
+	case string:
+		out[prefix] = t
+	case bool:
+		out[prefix] = strconv.FormatBool(t)
+	case int64:
+		out[prefix] = strconv.FormatInt(t, 10)
+	case float64:
+		out[prefix] = strconv.FormatFloat(t, 'g', -1, 64)
 	default:
 		out[prefix] = fmt.Sprint(t)
 	}
