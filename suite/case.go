@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 )
@@ -305,13 +307,22 @@ func (c *Case) writeDump(at time.Time) {
 
 // empty deletes the watched objects left in the namespace and waits (Options.CleanupTimeout) for them to
 // go. It returns what was still there then, "Kind/name (finalizers: ...)", after removing its finalizers.
+// While it waits it reads the event stream's cache; the API server is listed only when the cache is empty
+// and at the deadline, so a cache that lags never reads as an empty namespace, and the busy API server is
+// not listed for every kind on every change of the namespace.
 func (c *Case) empty() []string {
 	ctx, cancel := context.WithTimeout(context.Background(), c.s.cleanupTimeout)
 	defer cancel()
 	for {
-		left := c.leftovers()
+		var left []client.Object
+		if ctx.Err() == nil {
+			left = c.cachedLeftovers()
+		}
 		if len(left) == 0 {
-			return nil
+			left = c.leftovers()
+			if len(left) == 0 {
+				return nil
+			}
 		}
 		if ctx.Err() != nil {
 			var held []string
@@ -331,6 +342,40 @@ func (c *Case) empty() []string {
 		}
 		c.awaitChange(ctx, seen, 200*time.Millisecond)
 	}
+}
+
+// namespacedKinds returns the group, version and kind of each watched kind that lives in a namespace.
+func (c *Case) namespacedKinds() []schema.GroupVersionKind {
+	var out []schema.GroupVersionKind
+	for _, k := range c.s.watchKinds {
+		if gvk, err := apiutil.GVKForObject(k, c.s.scheme); err == nil && c.namespaced(k) {
+			out = append(out, gvk)
+		}
+	}
+	return out
+}
+
+// cachedLeftovers lists the objects of the watched kinds the event stream's cache still holds in the case's
+// namespace, as typed copies (the cache's List copies what it returns).
+func (c *Case) cachedLeftovers() []client.Object {
+	var out []client.Object
+	for _, gvk := range c.namespacedKinds() {
+		l, err := c.s.scheme.New(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		if err != nil {
+			continue
+		}
+		list, ok := l.(client.ObjectList)
+		if !ok || c.s.reader.List(context.Background(), list, client.InNamespace(c.Namespace)) != nil {
+			continue
+		}
+		_ = meta.EachListItem(list, func(o runtime.Object) error {
+			if co, ok := o.(client.Object); ok {
+				out = append(out, co)
+			}
+			return nil
+		})
+	}
+	return out
 }
 
 // awaitChange returns once the stream has a change in the case's namespace after seq, after at most d, or
@@ -360,14 +405,7 @@ func (c *Case) leftovers() []client.Object {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	var out []client.Object
-	for _, k := range c.s.watchKinds {
-		if !c.namespaced(k) {
-			continue
-		}
-		gvk, err := apiutil.GVKForObject(k, c.s.scheme)
-		if err != nil {
-			continue
-		}
+	for _, gvk := range c.namespacedKinds() {
 		l := &unstructured.UnstructuredList{}
 		l.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
 		if err := c.s.Client.List(ctx, l, client.InNamespace(c.Namespace)); err != nil {

@@ -27,46 +27,63 @@ var controlPlaneNames = map[string]bool{"kube-apiserver": true, "etcd": true, "k
 
 func pidDir() string { return filepath.Join(os.TempDir(), "ensemble-pids") }
 
+// procStat is what /proc/<pid>/stat says of a process: its command name (cut to 15 characters by the
+// kernel), its state letter and its parent's pid.
+type procStat struct {
+	comm, state string
+	ppid        int
+}
+
+// readStat reads /proc/<pid>/stat, "pid (comm) state ppid ...", in one read; ok is false when the process
+// does not exist. comm may hold spaces and parentheses, so the fields are split after the last ')'.
+func readStat(pid int) (st procStat, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return st, false
+	}
+	open, end := strings.IndexByte(string(b), '('), strings.LastIndexByte(string(b), ')')
+	if open < 0 || end < open {
+		return st, false
+	}
+	f := strings.Fields(string(b[end+1:]))
+	if len(f) < 2 {
+		return st, false
+	}
+	st.comm, st.state = string(b[open+1:end]), f[0]
+	st.ppid, _ = strconv.Atoi(f[1])
+	return st, true
+}
+
 // comm returns a process's command name, or "" when it does not exist.
 func comm(pid int) string {
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "comm"))
-	if err != nil {
-		return ""
-	}
-	return strings.TrimSpace(string(b))
+	st, _ := readStat(pid)
+	return st.comm
 }
 
-// running reports whether pid is a control-plane process that has not exited (a zombie waiting to be reaped
-// by its parent counts as gone).
+// isRunningPlane reports whether st is a control-plane process that has not exited (a zombie waiting to be
+// reaped by its parent counts as gone).
+func (st procStat) isRunningPlane() bool {
+	return controlPlaneNames[st.comm] && st.state != "Z" && st.state != "X"
+}
+
+// running reports whether pid is a control-plane process that has not exited.
 func running(pid int) bool {
-	if !controlPlaneNames[comm(pid)] {
-		return false
-	}
-	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
-	if err != nil {
-		return false
-	}
-	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-	return len(f) > 0 && f[0] != "Z" && f[0] != "X"
+	st, ok := readStat(pid)
+	return ok && st.isRunningPlane()
 }
 
-// ChildControlPlanes lists the kube-apiserver and etcd processes whose parent is this process.
+// ChildControlPlanes lists the kube-apiserver, etcd and kube-controller-manager processes whose parent is
+// this process. It reads one file per process (Start calls it every 10 ms while envtest starts).
 func ChildControlPlanes() []int {
 	entries, _ := os.ReadDir("/proc")
-	me := strconv.Itoa(os.Getpid())
+	me := os.Getpid()
 	var out []int
 	for _, e := range entries {
 		pid, err := strconv.Atoi(e.Name())
-		if err != nil || !running(pid) {
-			continue
-		}
-		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "stat"))
 		if err != nil {
 			continue
 		}
-		// stat is "pid (comm) state ppid ...": comm may hold spaces, so split after the last ')'.
-		f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+1:]))
-		if len(f) > 1 && f[1] == me {
+		if st, ok := readStat(pid); ok && st.ppid == me && st.isRunningPlane() {
 			out = append(out, pid)
 		}
 	}
