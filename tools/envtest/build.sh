@@ -49,12 +49,40 @@ fi
 
 mkdir -p "$dir"
 start=$(date +%s)
+# Each go build runs in the background while the script waits for it, so a SIGTERM (make passes it on to its
+# recipe) or a SIGINT reaches the script at once. The script then interrupts go as Ctrl-C does: go stops its
+# compilers and removes its work directory (a go killed outright leaves it in the temp dir, 2 GB here, and
+# runs on after make has gone), and the script removes the unfinished binary before it exits.
+child="" partial=""
+interrupted() {
+  if [[ -n "$child" ]]; then
+    kill -INT "$child" 2>/dev/null || true
+    wait "$child" 2>/dev/null || true
+  fi
+  [[ -z "$partial" ]] || rm -f "$partial"
+  echo "tools/envtest/build.sh: interrupted; the build stopped and left nothing half-built: run make envtest-assets again" >&2
+  exit "$1"
+}
+trap 'interrupted 143' TERM
+trap 'interrupted 130' INT
+# build OUT DIR PACKAGE [FLAG ...] builds PACKAGE of the module in DIR into OUT.
+build() {
+  local out="$1" mod="$2" pkg="$3"
+  shift 3
+  partial="$out.tmp"
+  go -C "$mod" build -trimpath -o "$partial" "$@" "$pkg" &
+  child=$!
+  local rc=0
+  wait "$child" || rc=$?
+  child=""
+  [[ $rc -eq 0 ]] || { rm -f "$partial"; partial=""; return "$rc"; }
+  mv "$partial" "$out"
+  partial=""
+}
 # build_kube NAME builds k8s.io/kubernetes/cmd/NAME into $dir/NAME, its version stamped as a release's is.
 build_kube() {
-  (cd "$here" && go build -trimpath -o "$dir/$1.tmp" \
-    -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v${KUBE_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37" \
-    "k8s.io/kubernetes/cmd/$1")
-  mv "$dir/$1.tmp" "$dir/$1"
+  build "$dir/$1" "$here" "k8s.io/kubernetes/cmd/$1" \
+    -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v${KUBE_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=37"
 }
 if ! kube_ok; then
   echo "building kube-apiserver v${KUBE_VERSION} from k8s.io/kubernetes (about 5 minutes on 2 cores)..." >&2
@@ -66,8 +94,7 @@ if ! kcm_ok; then
 fi
 if ! etcd_ok; then
   echo "building etcd v${ETCD_VERSION} from go.etcd.io/etcd/server/v3..." >&2
-  (cd "$here/etcd" && go build -trimpath -ldflags "-s -w" -o "$dir/etcd.tmp" go.etcd.io/etcd/server/v3)
-  mv "$dir/etcd.tmp" "$dir/etcd"
+  build "$dir/etcd" "$here/etcd" go.etcd.io/etcd/server/v3 -ldflags "-s -w"
 fi
 kube_ok || { echo "built kube-apiserver does not answer v${KUBE_VERSION} to --version" >&2; exit 1; }
 kcm_ok || { echo "built kube-controller-manager does not answer v${KUBE_VERSION} to --version" >&2; exit 1; }
