@@ -36,8 +36,9 @@
 //   - There is no kubelet and no scheduler: pods stay Pending unless a manager such as fakes/dataplane binds
 //     and runs them. kube-controller-manager runs only the controllers in Options.KubeControllers (by default
 //     those that need no node and no cloud), and its own writes are not recorded, only seen as changes.
-//   - Perturbation points are triggered by recorded writes only: a change no manager of the suite made (a
-//     kube-controller-manager write) cannot trigger one.
+//   - A write trigger (#n, %n, ~rate) counts recorded writes only, so a write no manager of the suite made
+//     (kube-controller-manager's) never fires one. A change trigger (^n) counts every change of its object,
+//     whoever made it, as its writer's manager's watch delivers it.
 //   - Requeue compression changes wall time, not order. A spec that measures a rate must measure it in the
 //     operator's own time (OperatorTimeline).
 package suite

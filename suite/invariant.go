@@ -38,9 +38,10 @@ type invariant struct {
 	first *violation
 }
 
-// Invariant checks fn after every change the event stream sees in the case's namespace, from now until the
-// case ends, and keeps the first violation. fn reads the namespace's live objects through r (the event
-// stream's cache) and returns nil while the invariant holds, an error describing the violation otherwise.
+// Invariant checks fn at once, then after each change, write or pass's end the suite records, until the
+// case ends, and keeps the first violation. What arrives while fn runs is coalesced into one more check, so a
+// state that came and went during a check goes unseen. fn reads the namespace's live objects through r (the
+// event stream's cache) and returns nil while the invariant holds, else an error describing the violation.
 // RequireInvariants (and the case's cleanup) fail the test with the first violation and the changes around
 // it. Checks run on a goroutine of their own: fn must be safe to call concurrently with the spec and must
 // not call the test's TB.

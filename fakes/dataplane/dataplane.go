@@ -182,9 +182,7 @@ type Entry struct {
 	Kind string
 	// Op is the write: "status" (kubelet status apply), "bind" (kubelet binds a pod to its node through
 	// pods/binding), "remove" (kubelet deletes a terminating pod with grace period 0), "create" (kubelet
-	// registers its Node), "renew" (kubelet renews its node Lease), "delete" (GC deletes a dependent),
-	// "remove-finalizer" (GC completes a foreground or orphan deletion), "orphan" (GC removes an owner
-	// reference from a dependent of an orphan deletion).
+	// registers its Node) or "renew" (kubelet renews its node Lease).
 	Op string
 	// Detail describes the write in a few words (e.g. "Running ready=false restarts=1").
 	Detail string

@@ -15,8 +15,12 @@
 //  2. The points, from baseline-1's records: for each spec, each (writer, object) pair of its operators' and
 //     fakes' writes, each mode (down and slow once per external system), each k = 1..n of the pair's n
 //     writes, the point mode@writer:Kind/name#k. Only objects baseline-2 wrote too get points (a name made
-//     anew each run, as by generateName, could not be named again), n the smaller of the two counts. The budget takes them in an order that spreads them over
-//     specs, writers, modes and objects before it takes any twice (see sampler); -points skips this.
+//     anew each run, as by generateName, could not be named again), n the smaller of the two counts. Then,
+//     for the modes among -modes that act on a manager's view (restart, stale, coalesce), the change points:
+//     for each object whose changes both baselines saw and each manager that wrote in the spec, each k up to
+//     the changes that manager's watch could deliver (perturb.Record.Seen), the point mode@manager:Kind/name^k.
+//     The budget takes them in an order that spreads them over specs, writers, modes and objects before it
+//     takes any twice (see sampler); -points skips this.
 //  3. Each point, on its spec alone (a focus anchored to its full text): ENSEMBLE_PERTURB=point,
 //     ENSEMBLE_BASELINE=the two baselines' records. Its verdict is pass, fail, not reached (the point never
 //     fired) or error (the run could not be judged); its first difference is the differential oracle's
