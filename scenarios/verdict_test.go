@@ -2,10 +2,8 @@ package scenarios
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -16,122 +14,39 @@ import (
 	apitypes "k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/ensembletest/ensemble/internal/recordtb"
 	"github.com/ensembletest/ensemble/suite"
 )
 
 // The harness's own verdicts under Ginkgo: the suite package tests them over a plain testing.T, whose
 // Errorf and Fatalf return; GinkgoT's panic instead, so a failing verdict ends the harness code that gave
-// it. These specs give a case a verdictTB, which fails the way GinkgoT does but records the failure, so that
-// a spec can observe a failing verdict without failing.
+// it. These specs give a case a recordtb.TB in its Ginkgo mode, which fails the way GinkgoT does but records
+// the failure, so that a spec can observe a failing verdict without failing.
 
-// verdictStop is what a verdictTB's Errorf and Fatalf panic with, as GinkgoT's panic with Ginkgo's failure.
-type verdictStop struct{}
-
-// verdictTB is a suite.TB that records the harness's verdicts instead of failing the spec. Context (taken
-// from GinkgoT() once, when the TB is made), Helper, Name and Logf are GinkgoT()'s; Errorf and Fatalf record
-// the message and panic with verdictStop, so that, as under GinkgoT, no harness code after a failing verdict
-// runs as if nothing happened (Script.Step returns nil right after its fatalf); report entries are recorded.
-// Cleanup keeps its own list, which runCleanups runs (last registered first), each recovering verdictStop.
-type verdictTB struct {
-	ctx  context.Context
-	name string
-
-	mu                      sync.Mutex
-	errors, fatals, reports []string
-	cleanups                []func()
-}
-
-// newVerdictTB makes a verdictTB in the running spec (or BeforeAll): its context ends with that node, and
-// its name is "probe <what>: <the spec's name>" (the case's namespace is named after it).
-func newVerdictTB(what string) *verdictTB {
+// newVerdictTB makes a recordtb.TB that fails as GinkgoT does, in the running spec (or BeforeAll): its
+// context ends with that node, its name is "probe <what>: <the spec's name>" (the case's namespace is named
+// after it), and its log lines go to GinkgoT() too.
+func newVerdictTB(what string) *recordtb.TB {
 	t := GinkgoT()
-	return &verdictTB{ctx: t.Context(), name: "probe " + what + ": " + t.Name()}
+	return &recordtb.TB{Ctx: t.Context(), TestName: "probe " + what + ": " + t.Name(), Ginkgo: true,
+		Log: func(format string, args ...any) { GinkgoT().Logf(format, args...) }}
 }
 
-func (p *verdictTB) Context() context.Context          { return p.ctx }
-func (p *verdictTB) Helper()                           { types.MarkAsHelper(1) }
-func (p *verdictTB) Name() string                      { return p.name }
-func (p *verdictTB) Logf(format string, args ...any)   { GinkgoT().Logf(format, args...) }
-func (p *verdictTB) Errorf(format string, args ...any) { p.record(&p.errors, format, args...) }
-func (p *verdictTB) Fatalf(format string, args ...any) { p.record(&p.fatals, format, args...) }
+// lines joins a TB's recorded messages, one per line.
+func lines(messages []string) string { return strings.Join(messages, "\n") }
 
-// Cleanup adds f to the TB's own cleanups (see runCleanups).
-func (p *verdictTB) Cleanup(f func()) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cleanups = append(p.cleanups, f)
-}
-
-// Failed reports whether Errorf or Fatalf was called.
-func (p *verdictTB) Failed() bool {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return len(p.errors)+len(p.fatals) > 0
-}
-
-// AddReportEntryVisibilityAlways records a report entry "name: args" (what the Case reports to GinkgoT).
-func (p *verdictTB) AddReportEntryVisibilityAlways(name string, args ...any) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.reports = append(p.reports, name+": "+fmt.Sprint(args...))
-}
-
-// record appends the message to *to and stops the caller, as a failing GinkgoT does.
-func (p *verdictTB) record(to *[]string, format string, args ...any) {
-	p.mu.Lock()
-	*to = append(*to, fmt.Sprintf(format, args...))
-	p.mu.Unlock()
-	panic(verdictStop{})
-}
-
-// run runs f, which ends early at a recorded failure (verdictStop); any other panic (a Gomega failure of the
-// spec) goes on.
-func (p *verdictTB) run(f func()) {
-	defer func() {
-		if r := recover(); r != nil {
-			if _, ok := r.(verdictStop); !ok {
-				panic(r)
-			}
-		}
-	}()
-	f()
-}
-
-// runCleanups runs the registered cleanups, last first, each to its end or its recorded failure.
-func (p *verdictTB) runCleanups() {
-	p.mu.Lock()
-	cleanups := p.cleanups
-	p.cleanups = nil
-	p.mu.Unlock()
-	for i := len(cleanups) - 1; i >= 0; i-- {
-		p.run(cleanups[i])
-	}
-}
-
-// Errors and Fatals return the recorded messages, one per line; Reports the report entries.
-func (p *verdictTB) Errors() string  { return p.joined(p.errors) }
-func (p *verdictTB) Fatals() string  { return p.joined(p.fatals) }
-func (p *verdictTB) Reports() string { return p.joined(p.reports) }
-
-// joined joins the messages of one list under the TB's lock.
-func (p *verdictTB) joined(of []string) string {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return strings.Join(of, "\n")
-}
-
-// probe runs body on a case of a new verdictTB (named after what), then the case's cleanup as a spec's end
+// probe runs body on a case of a new verdict TB (named after what), then the case's cleanup as a spec's end
 // would, and returns the TB with the harness's verdicts. A recorded failure ends body, as a failing verdict
 // ends a spec. The failure dump a failing probe writes is the verdict under test, not a failure of the run:
 // it is removed when the spec passes and kept, for reading, when it fails.
-func probe(what string, body func(c *suite.Case)) *verdictTB {
+func probe(what string, body func(c *suite.Case)) *recordtb.TB {
 	p := newVerdictTB(what)
 	var c *suite.Case
-	p.run(func() {
+	p.Run(func() {
 		c = s.NewCase(p)
 		body(c)
 	})
-	p.runCleanups()
+	p.RunCleanups()
 	if c != nil {
 		dir := c.ArtifactsDir()
 		DeferCleanup(func() {
@@ -172,8 +87,8 @@ var _ = Describe("harness verdicts under Ginkgo", Ordered, ContinueOnFailure, La
 			stepErr = c.Script("extra").Step("create a and b", createBoth(c, "a", "b"), suite.Permits(suite.Added, "ConfigMap", "a"))
 		})
 		Expect(stepErr).To(MatchError(MatchRegexp(`a change no permit covers: #\d+ \S+ Added ConfigMap/%s/b `, ns)))
-		Expect(p.Fatals()).To(BeEmpty())
-		Expect(p.Errors()).To(ContainSubstring(`a step error of script "extra" was dropped`))
+		Expect(lines(p.Fatals())).To(BeEmpty())
+		Expect(lines(p.Errors())).To(ContainSubstring(`a step error of script "extra" was dropped`))
 
 		By("a wrong order: RequireStep fails the case there, and the cleanup does not report it again")
 		reached := false
@@ -184,8 +99,8 @@ var _ = Describe("harness verdicts under Ginkgo", Ordered, ContinueOnFailure, La
 			reached = true
 		})
 		Expect(reached).To(BeFalse(), "RequireStep's failure returned into the spec")
-		Expect(p.Fatals()).To(And(ContainSubstring("order violated"), ContainSubstring("Added ConfigMap/b must come before Added ConfigMap/a")))
-		Expect(p.Errors()).NotTo(ContainSubstring("order violated"))
+		Expect(lines(p.Fatals())).To(And(ContainSubstring("order violated"), ContainSubstring("Added ConfigMap/b must come before Added ConfigMap/a")))
+		Expect(lines(p.Errors())).NotTo(ContainSubstring("order violated"))
 
 		By("a malformed step fails the case outright: Step does not go on to return nil")
 		reached = false
@@ -195,7 +110,7 @@ var _ = Describe("harness verdicts under Ginkgo", Ordered, ContinueOnFailure, La
 			reached = true
 		})
 		Expect(reached).To(BeFalse(), "Step returned after failing the case")
-		Expect(p.Fatals()).To(ContainSubstring("it permits no change"))
+		Expect(lines(p.Fatals())).To(ContainSubstring("it permits no change"))
 	})
 
 	It("an unfinished script fails the case at its cleanup; a healthy script over the harness's looper passes", func() {
@@ -207,8 +122,8 @@ var _ = Describe("harness verdicts under Ginkgo", Ordered, ContinueOnFailure, La
 				suite.Permits(suite.Added, "ConfigMap", "a"))
 		})
 		Expect(stepErr).NotTo(HaveOccurred())
-		Expect(p.Fatals()).To(BeEmpty())
-		Expect(p.Errors()).To(ContainSubstring(`script "unfinished" was never finished`))
+		Expect(lines(p.Fatals())).To(BeEmpty())
+		Expect(lines(p.Errors())).To(ContainSubstring(`script "unfinished" was never finished`))
 
 		By("the looper's ConfigMap created, its loop stopped, the ConfigMap deleted: under GinkgoT itself")
 		c := s.NewCase(GinkgoT())
@@ -240,8 +155,8 @@ var _ = Describe("harness verdicts under Ginkgo", Ordered, ContinueOnFailure, La
 		})
 		AddReportEntry("looper flagged after", took.Round(time.Millisecond).String())
 		Expect(quietErr).To(MatchError(ContainSubstring("oracle hot-loop: ConfigMap/spin was written")), "Quiescent ends at the hot loop")
-		Expect(p.Fatals()).To(BeEmpty())
-		Expect(p.Errors()).To(And(ContainSubstring("oracle hot-loop: ConfigMap/spin was written"),
+		Expect(lines(p.Fatals())).To(BeEmpty())
+		Expect(lines(p.Errors())).To(And(ContainSubstring("oracle hot-loop: ConfigMap/spin was written"),
 			ContainSubstring("harness/looper update"), ContainSubstring("data.n: ")))
 	})
 
@@ -256,7 +171,7 @@ var _ = Describe("harness verdicts under Ginkgo", Ordered, ContinueOnFailure, La
 			apply(c, "alpha")
 			apply(c, "beta")
 		})
-		Expect(p.Errors()).To(And(ContainSubstring("ConfigMap/shared field data.k is owned by field managers alpha and beta"),
+		Expect(lines(p.Errors())).To(And(ContainSubstring("ConfigMap/shared field data.k is owned by field managers alpha and beta"),
 			ContainSubstring("ConfigMap/shared field data.other is owned by field managers alpha and beta")))
 
 		p = probe("shared declared", func(c *suite.Case) {
@@ -265,17 +180,17 @@ var _ = Describe("harness verdicts under Ginkgo", Ordered, ContinueOnFailure, La
 			apply(c, "beta")
 			c.AllowSharedField("ConfigMap", "shared", "data.k", "both appliers set the same value on purpose")
 		})
-		Expect(p.Errors()).NotTo(ContainSubstring("field data.k"), "a declared shared field failed the case")
-		Expect(p.Errors()).To(ContainSubstring("ConfigMap/shared field data.other is owned by field managers alpha and beta"),
+		Expect(lines(p.Errors())).NotTo(ContainSubstring("field data.k"), "a declared shared field failed the case")
+		Expect(lines(p.Errors())).To(ContainSubstring("ConfigMap/shared field data.other is owned by field managers alpha and beta"),
 			"AllowSharedField let an undeclared field through")
-		Expect(p.Reports()).To(ContainSubstring("shared field allowed: ConfigMap/shared data.k: both appliers set the same value on purpose"))
+		Expect(lines(p.Reports())).To(ContainSubstring("shared field allowed: ConfigMap/shared data.k: both appliers set the same value on purpose"))
 	})
 
 	// A namespace that never goes quiet fails only at the end of the oracle's 10 s bound: that verdict is
 	// tested once, in the suite package (TestPlainTestingT/oracles/convergence), not on every suite run.
 	It("the convergence oracle fails a namespace no controller ever reconciled", func() {
 		p := probe("never reconciled", func(c *suite.Case) { Expect(c.Create(plainConfigMap("unread"))).To(Succeed()) })
-		Expect(p.Errors()).To(And(ContainSubstring("oracle convergence"), ContainSubstring("no controller ever ran a reconcile pass")))
+		Expect(lines(p.Errors())).To(And(ContainSubstring("oracle convergence"), ContainSubstring("no controller ever ran a reconcile pass")))
 	})
 
 	It("an oracle's opt-out reason is a report entry shown without -v; an opt-out without a reason fails the case", func() {
@@ -299,7 +214,7 @@ var _ = Describe("harness verdicts under Ginkgo", Ordered, ContinueOnFailure, La
 				reached = true
 			})
 			Expect(reached).To(BeFalse(), "OptOut(%q) returned after failing the case", o)
-			Expect(p.Fatals()).To(ContainSubstring(want))
+			Expect(lines(p.Fatals())).To(ContainSubstring(want))
 		}
 	})
 })

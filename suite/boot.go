@@ -216,34 +216,76 @@ type Manager struct {
 // Stop stops the manager and waits (bounded by Options.StopTimeout) for its controllers to return.
 // Errors: the manager's own error, or a timeout.
 func (m *Manager) Stop() error {
-	m.rmu.Lock()
-	m.stopped = true
-	next := m.successor
-	m.rmu.Unlock()
-	err := m.stopInstance()
-	if next != nil {
-		err = errors.Join(err, next.Stop())
-	}
-	return err
+	return errors.Join(stopAll([]*Manager{m}, m.stopTimeout())...)
 }
 
-// stopInstance stops this instance only (once) and waits for it as Stop says.
-func (m *Manager) stopInstance() error {
+// stopAll cancels every manager of ms, in order, with the instances restart points started in their place,
+// then waits for all of them against one deadline, timeout from now, and returns their errors: a manager
+// slow to stop does not hold up the others' cancellation nor lengthen their wait.
+func stopAll(ms []*Manager, timeout time.Duration) []error {
+	var instances []*Manager
+	for _, m := range ms {
+		instances = append(instances, m.cancel()...)
+	}
+	deadline := time.Now().Add(timeout)
+	var errs []error
+	for _, in := range instances {
+		if err := in.stopInstance(deadline, timeout); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+// cancel marks the manager stopped (a restart under way then starts nothing) and cancels its instance and
+// each successor a restart point started, without waiting; it returns those instances, this one first.
+func (m *Manager) cancel() []*Manager {
+	var instances []*Manager
+	for in := m; in != nil; {
+		in.rmu.Lock()
+		in.stopped = true
+		next := in.successor
+		in.rmu.Unlock()
+		in.stop()
+		instances = append(instances, in)
+		in = next
+	}
+	return instances
+}
+
+// stopInstance stops this instance only (once) and waits for it until deadline; timeout is what the error
+// names. Later calls return the first call's error.
+func (m *Manager) stopInstance(deadline time.Time, timeout time.Duration) error {
 	m.once.Do(func() {
 		m.stop()
-		select {
-		case err := <-m.done:
-			if err != nil && !errors.Is(err, context.Canceled) {
-				m.err = fmt.Errorf("suite: manager %s: %w", m.Name, err)
-			}
-		case <-time.After(m.stopTimeout()):
-			m.err = fmt.Errorf("suite: manager %s did not stop within %s", m.Name, m.stopTimeout())
-		}
+		m.err = m.wait(deadline, timeout)
 		m.s.mu.Lock()
 		delete(m.s.managers, m.Name)
 		m.s.mu.Unlock()
 	})
 	return m.err
+}
+
+// wait waits until the cancelled instance returns or deadline passes. Errors: the manager's own, or a timeout.
+func (m *Manager) wait(deadline time.Time, timeout time.Duration) error {
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	var err error
+	select {
+	case err = <-m.done:
+	case <-timer.C:
+		// A deadline already past fires at once: an instance that has returned by then stopped in time.
+		select {
+		case err = <-m.done:
+		default:
+			return fmt.Errorf("suite: manager %s did not stop within %s: make its reconcilers and runnables "+
+				"return once their context is cancelled, or raise Options.StopTimeout", m.Name, timeout)
+		}
+	}
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return fmt.Errorf("suite: manager %s: %w", m.Name, err)
+	}
+	return nil
 }
 
 // Elected is closed once the manager leads and its controllers start: when it acquires its Lease with
@@ -568,7 +610,8 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 }
 
 // Stop checks that every case namespace handed to the namespace controller more than 30 s ago is gone (deletion hygiene; the error names the spec and what holds it), then stops every manager, the
-// event stream, kube-controller-manager and envtest, within Options.StopTimeout per part, and makes
+// event stream, kube-controller-manager and envtest, within Options.StopTimeout per part (the managers,
+// cancelled all at once, share one), and makes
 // sure the kube-apiserver and etcd processes are gone (killing them if they outlive envtest's stop). Safe to
 // call more than once and from several goroutines; later calls return the first call's error.
 func (s *Suite) Stop() error {
@@ -594,9 +637,10 @@ func (s *Suite) Stop() error {
 	return s.stopErr
 }
 
-// stopManagers stops the running managers, last started first, and returns their errors.
+// stopManagers cancels the running managers, last started first, then waits for them all against one
+// deadline (Options.StopTimeout from when the last was cancelled), and returns their errors: one for each
+// manager that did not stop by then, naming it.
 func (s *Suite) stopManagers() []error {
-	var errs []error
 	s.mu.Lock()
 	var ms []*Manager
 	for i := len(s.order) - 1; i >= 0; i-- {
@@ -605,12 +649,14 @@ func (s *Suite) stopManagers() []error {
 		}
 	}
 	s.mu.Unlock()
-	for _, m := range ms {
+	if len(ms) == 0 {
+		return nil
+	}
+	errs := stopAll(ms, ms[0].stopTimeout())
+	if s.interrupted.Load() {
 		// After an interrupt the control plane is gone and managers stop slowly or with errors: that is the
 		// interrupt, not a further failure.
-		if err := m.Stop(); err != nil && !s.interrupted.Load() {
-			errs = append(errs, err)
-		}
+		return nil
 	}
 	return errs
 }

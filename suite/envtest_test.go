@@ -30,6 +30,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/ensembletest/ensemble/internal/controlplane"
+	"github.com/ensembletest/ensemble/internal/recordtb"
 )
 
 // marker is a converging controller set up the way an operator's main sets one up: it takes the manager's
@@ -304,8 +305,8 @@ func testQuiescenceVerdicts(t *testing.T, s *Suite) {
 	}
 	quiet.RequireQuiescent(300*time.Millisecond, patience)
 
-	p := &probeTB{name: "looping"}
-	defer p.runCleanups()
+	p := &recordtb.TB{TestName: "looping"}
+	defer p.RunCleanups()
 	loud := s.NewCase(p)
 	// The looper's round trip can outlast the window on a loaded machine; the staller's held pass cannot
 	// end early, so the verdict does not depend on the machine's speed. The looper's writes during the
@@ -315,15 +316,15 @@ func testQuiescenceVerdicts(t *testing.T, s *Suite) {
 	}
 	requireStalled(t, s, loud)
 	loud.RequireQuiescent(300*time.Millisecond, 5*time.Second)
-	msg := strings.Join(p.fatals, "\n")
+	msg := strings.Join(p.Fatals(), "\n")
 	for _, want := range []string{errNotQuiet.Error(), "ConfigMap/spinner", "data.n", "op/looper patch"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("not-quiet verdict does not name %q:\n%s", want, msg)
 		}
 	}
 	loud.Delete(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "spinner"}})
-	p.runCleanups()
-	page := timelineLogged(t, p.logs, "failure dump of "+loud.Namespace)
+	p.RunCleanups()
+	page := timelineLogged(t, p.Logs(), "failure dump of "+loud.Namespace)
 	for _, want := range []string{`data-lane="op/looper"`, `data-kind="mark"`, "RequireQuiescent: namespace " + loud.Namespace} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the failed spec's timeline does not hold %q", want)
@@ -409,20 +410,20 @@ func testInvariants(t *testing.T, s *Suite) {
 
 // testPins checks KnownDefect through a Case both ways, against the suite's catalog.
 func testPins(t *testing.T, s *Suite) {
-	p := &probeTB{name: "pin"}
-	defer p.runCleanups()
+	p := &recordtb.TB{TestName: "pin"}
+	defer p.RunCleanups()
 	c := s.NewCase(p)
 	c.KnownDefect("X-1", func() error { return errors.New("message flapped") })
-	if p.Failed() || len(p.reports) != 1 || !strings.Contains(p.reports[0], "X-1 still present: message flapped") {
-		t.Fatalf("present defect: fatals %q reports %q", p.fatals, p.reports)
+	if p.Failed() || len(p.Reports()) != 1 || !strings.Contains(p.Reports()[0], "X-1 still present: message flapped") {
+		t.Fatalf("present defect: fatals %q reports %q", p.Fatals(), p.Reports())
 	}
 	c.KnownDefect("X-1", func() error { return nil })
 	c.KnownDefect("MG-NOPE", func() error { return errors.New("x") })
-	if len(p.fatals) != 2 || !strings.Contains(p.fatals[0], "X-1 appears fixed: replace this pin with a positive assertion") ||
-		!strings.Contains(p.fatals[1], "no such defect") {
-		t.Fatalf("fixed defect and unknown reference: fatals %q", p.fatals)
+	if len(p.Fatals()) != 2 || !strings.Contains(p.Fatals()[0], "X-1 appears fixed: replace this pin with a positive assertion") ||
+		!strings.Contains(p.Fatals()[1], "no such defect") {
+		t.Fatalf("fixed defect and unknown reference: fatals %q", p.Fatals())
 	}
-	if m := c.failureMarks(time.Now()); len(m) != 2 || m[0].What != p.fatals[0] || m[1].What != p.fatals[1] {
+	if m := c.failureMarks(time.Now()); len(m) != 2 || m[0].What != p.Fatals()[0] || m[1].What != p.Fatals()[1] {
 		t.Fatalf("marks %v: want both failing verdicts marked for the timeline", m)
 	}
 }
@@ -433,23 +434,23 @@ func testRequestedTimeline(t *testing.T, s *Suite) {
 	s.timelineFor = regexp.MustCompile("^requested")
 	defer func() { s.timelineFor = nil }()
 	for _, name := range []string{"requested timeline", "not requested"} {
-		p := &probeTB{name: name}
+		p := &recordtb.TB{TestName: name}
 		c := s.NewCase(p)
 		if err := c.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "m"}}); err != nil {
 			t.Fatal(err)
 		}
 		NewWithT(t).Eventually(func() []Write { return c.Writes(WriteFilter{Manager: "op"}) }).WithTimeout(patience).ShouldNot(BeEmpty())
-		p.runCleanups()
+		p.RunCleanups()
 		if p.Failed() {
-			t.Fatalf("%s: %q %q", name, p.fatals, p.errors)
+			t.Fatalf("%s: %q %q", name, p.Fatals(), p.Errors())
 		}
 		if name == "not requested" {
-			if len(p.logs) != 0 {
-				t.Fatalf("a spec ENSEMBLE_TIMELINE does not select logged %q", p.logs)
+			if len(p.Logs()) != 0 {
+				t.Fatalf("a spec ENSEMBLE_TIMELINE does not select logged %q", p.Logs())
 			}
 			continue
 		}
-		page := timelineLogged(t, p.logs, "timeline ")
+		page := timelineLogged(t, p.Logs(), "timeline ")
 		if !strings.Contains(page, `data-lane="op/configmap"`) || !strings.Contains(page, `data-lane="case/spec"`) || strings.Contains(page, `data-kind="mark"`) {
 			t.Fatalf("the requested timeline of a passing spec: want the controller's and the case's lanes and no failure mark")
 		}
@@ -465,22 +466,22 @@ func testDeletionHygiene(t *testing.T, s *Suite) {
 	// keeps the generous default, which a loaded machine's deletions need.
 	defer func(d time.Duration) { s.cleanupTimeout = d }(s.cleanupTimeout)
 	s.cleanupTimeout = 3 * time.Second
-	p := &probeTB{name: "hygiene", ginkgo: true}
+	p := &recordtb.TB{TestName: "hygiene", Ginkgo: true}
 	c := s.NewCase(p)
 	c.Invariant("never holds", func(context.Context, client.Reader, string) error { return errors.New("broken from the start") })
 	stuck := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "stuck", Finalizers: []string{"example.com/never"}}}
 	if err := c.Create(stuck); err != nil {
 		t.Fatal(err)
 	}
-	p.runCleanups()
-	if len(p.errors) != 1 {
-		t.Fatalf("cleanup errors %q, want one that reports both failures", p.errors)
+	p.RunCleanups()
+	if len(p.Errors()) != 1 {
+		t.Fatalf("cleanup errors %q, want one that reports both failures", p.Errors())
 	}
-	msg := p.errors[0]
+	msg := p.Errors()[0]
 	if !strings.Contains(msg, "deletion hygiene") || !strings.Contains(msg, "ConfigMap/stuck (finalizers: example.com/never)") || !strings.Contains(msg, `invariant "never holds" violated`) {
 		t.Fatalf("cleanup error %q, want the violated invariant, the held object and its finalizer named", msg)
 	}
-	page := timelineLogged(t, p.logs, "timeline ")
+	page := timelineLogged(t, p.Logs(), "timeline ")
 	for _, want := range []string{"deletion hygiene: 1 objects of " + c.Namespace, `invariant &#34;never holds&#34; violated: broken from the start`} {
 		if !strings.Contains(page, want) {
 			t.Errorf("the timeline rewritten after deletion hygiene does not mark %q", want)
@@ -569,9 +570,9 @@ func TestControllerWatchingAKindWithNoCRD(t *testing.T) {
 	}
 	defer s.Stop()
 	s.startTimeout = 5 * time.Second
-	p := &probeTB{name: "no-crd"}
+	p := &recordtb.TB{TestName: "no-crd"}
 	c := s.NewCase(p)
-	defer p.runCleanups()
+	defer p.RunCleanups()
 	_, err = s.StartManager(ManagerOptions{Name: "op", Register: func(mgr manager.Manager) error {
 		return ctrl.NewControllerManagedBy(mgr).For(&corev1.ConfigMap{}).WatchesMetadata(widget, &handler.EnqueueRequestForObject{}).
 			Complete(&marker{Client: mgr.GetClient()})

@@ -3,6 +3,8 @@ package suite
 import (
 	"strings"
 	"testing"
+
+	"github.com/ensembletest/ensemble/internal/recordtb"
 )
 
 // TestFieldPathsRejectMalformed: the field paths a spec declares (AllowSharedField, AllowDifference,
@@ -33,25 +35,25 @@ func TestFieldPathsRejectMalformed(t *testing.T) {
 		}
 	}
 
-	declare := func(f func(c *Case)) (*probeTB, *Case) {
-		p := &probeTB{name: "paths"}
+	declare := func(f func(c *Case)) (*recordtb.TB, *Case) {
+		p := &recordtb.TB{TestName: "paths"}
 		c := &Case{t: p, s: &Suite{}}
 		f(c)
 		return p, c
 	}
 	p, c := declare(func(c *Case) { c.AllowSharedField("ConfigMap", "shared", "data..a[", "on purpose") })
-	if len(p.fatals) != 1 || strings.Contains(p.fatals[0], "\n") || !strings.Contains(p.fatals[0], `AllowSharedField("ConfigMap", "shared", "data..a["`) ||
-		!strings.Contains(p.fatals[0], fieldPathGrammar) || len(c.sharedOK) != 0 {
-		t.Fatalf("AllowSharedField of a malformed path: fatals %q, declared %v; want one line naming the path and the form, nothing declared", p.fatals, c.sharedOK)
+	if len(p.Fatals()) != 1 || strings.Contains(p.Fatals()[0], "\n") || !strings.Contains(p.Fatals()[0], `AllowSharedField("ConfigMap", "shared", "data..a["`) ||
+		!strings.Contains(p.Fatals()[0], fieldPathGrammar) || len(c.sharedOK) != 0 {
+		t.Fatalf("AllowSharedField of a malformed path: fatals %q, declared %v; want one line naming the path and the form, nothing declared", p.Fatals(), c.sharedOK)
 	}
-	t.Log(p.fatals[0])
+	t.Log(p.Fatals()[0])
 	p, c = declare(func(c *Case) { c.AllowSharedField("ConfigMap", "shared", "data.k", "on purpose") })
 	if p.Failed() || !c.sharedOK["ConfigMap/shared data.k"] {
-		t.Fatalf("AllowSharedField of a good path: fatals %q, declared %v", p.fatals, c.sharedOK)
+		t.Fatalf("AllowSharedField of a good path: fatals %q, declared %v", p.Fatals(), c.sharedOK)
 	}
 	p, c = declare(func(c *Case) { c.AllowDifference("Shard", "s", "status.podRoles[", "timing") })
-	if len(p.fatals) != 1 || !strings.Contains(p.fatals[0], `"status.podRoles["`) || len(c.differOK) != 0 {
-		t.Fatalf("AllowDifference of a malformed path: fatals %q, declared %v", p.fatals, c.differOK)
+	if len(p.Fatals()) != 1 || !strings.Contains(p.Fatals()[0], `"status.podRoles["`) || len(c.differOK) != 0 {
+		t.Fatalf("AllowDifference of a malformed path: fatals %q, declared %v", p.Fatals(), c.differOK)
 	}
 	if _, _, err := flattenPermits([]Permit{Permits(Modified, "ConfigMap", "a", "data.seen", "data..x")}); err == nil ||
 		!strings.Contains(err.Error(), `"data..x"`) || !strings.Contains(err.Error(), fieldPathGrammar) {

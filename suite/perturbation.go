@@ -322,7 +322,7 @@ func (s *Suite) restart(pl *plan, manager string, p perturb.Point) {
 	m.wm.fence.Store(&p)
 	go func() {
 		defer pl.pending.Done()
-		if err := m.stopInstance(); err != nil {
+		if err := m.stopInstance(time.Now().Add(m.stopTimeout()), m.stopTimeout()); err != nil {
 			pl.addErr(fmt.Sprintf("point %s: stopping manager %s: %v", p, m.Name, err))
 		}
 		m.rmu.Lock()

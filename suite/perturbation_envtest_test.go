@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
+	"github.com/ensembletest/ensemble/internal/recordtb"
 	"github.com/ensembletest/ensemble/suite/perturb"
 )
 
@@ -104,12 +105,12 @@ func testPerturbation(t *testing.T, s *Suite) {
 		s.runPoints = []perturb.Point{{Mode: perturb.Conflict, Writer: "op", Nth: 1}}
 		defer func() { s.runPoints = nil }()
 		for name, want := range map[string]bool{"": false, "a spec": true} {
-			p := &probeTB{name: name}
+			p := &recordtb.TB{TestName: name}
 			c := s.NewCase(p)
 			if got := s.planFor(c.Namespace, false) != nil; got != want {
 				t.Errorf("case of test %q has a plan: %v, want %v", name, got, want)
 			}
-			p.runCleanups()
+			p.RunCleanups()
 		}
 	})
 	t.Run("a writer that names nothing fails the case", func(t *testing.T) {
@@ -118,18 +119,18 @@ func testPerturbation(t *testing.T, s *Suite) {
 		s.runPoints = []perturb.Point{{Mode: perturb.Conflict, Writer: "opp", Nth: 1},
 			{Mode: perturb.Conflict, Writer: "op/looper", Object: "ConfigMap/none", Nth: 1}}
 		defer func() { s.runPoints = nil }()
-		p := &probeTB{name: "writer typo"}
+		p := &recordtb.TB{TestName: "writer typo"}
 		c := s.NewCase(p)
 		createSeen(t, c, "m")
-		p.runCleanups()
-		msg := strings.Join(p.errors, "\n")
+		p.RunCleanups()
+		msg := strings.Join(p.Errors(), "\n")
 		want := `suite: point conflict@opp#1 names writer "opp", which is no manager, controller or writer of this suite: name one of `
 		if !strings.Contains(msg, want) || !strings.Contains(msg, "op, op/configmap, op/looper") || strings.Contains(msg, `"op/looper"`) {
-			t.Fatalf("cleanup errors %q, want one line for opp naming op, op/configmap and op/looper, none for op/looper", p.errors)
+			t.Fatalf("cleanup errors %q, want one line for opp naming op, op/configmap and op/looper, none for op/looper", p.Errors())
 		}
 		t.Log(msg)
-		if r := strings.Join(p.reports, "\n"); !strings.Contains(r, "conflict@op/looper:ConfigMap/none#1 never fired") {
-			t.Fatalf("reports %q, want the real writer's point reported as never fired", p.reports)
+		if r := strings.Join(p.Reports(), "\n"); !strings.Contains(r, "conflict@op/looper:ConfigMap/none#1 never fired") {
+			t.Fatalf("reports %q, want the real writer's point reported as never fired", p.Reports())
 		}
 	})
 	t.Run("change triggers", func(t *testing.T) {
@@ -221,8 +222,8 @@ func testPerturbation(t *testing.T, s *Suite) {
 		dir := t.TempDir()
 		s.exploreDir = dir
 		defer func() { s.exploreDir, s.baselines = "", nil }()
-		run := func(value string) *probeTB {
-			p := &probeTB{name: "differential"}
+		run := func(value string) *recordtb.TB {
+			p := &recordtb.TB{TestName: "differential"}
 			c := s.NewCase(p)
 			o := cm("x", false)
 			o.Data = map[string]string{"k": value}
@@ -230,11 +231,11 @@ func testPerturbation(t *testing.T, s *Suite) {
 				t.Fatal(err)
 			}
 			NewWithT(t).Eventually(seen(c, "x")).WithTimeout(patience).Should(Equal("yes"))
-			p.runCleanups()
+			p.RunCleanups()
 			return p
 		}
 		if p := run("v"); p.Failed() {
-			t.Fatalf("the unperturbed case failed: %v", p.errors)
+			t.Fatalf("the unperturbed case failed: %v", p.Errors())
 		}
 		files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
 		if len(files) != 1 {
@@ -253,13 +254,13 @@ func testPerturbation(t *testing.T, s *Suite) {
 		s.exploreDir = ""
 		s.baselines = map[string][]map[string]map[string]string{"differential": {r.EndState}}
 		p := run("w")
-		if !p.Failed() || !strings.Contains(strings.Join(p.errors, "\n"), "oracle differential: the end state differs from the unperturbed run's in 1 fields:\n    ConfigMap/x data.k: v -> w") {
-			t.Fatalf("cleanup errors %q, want the differential oracle to name data.k", p.errors)
+		if !p.Failed() || !strings.Contains(strings.Join(p.Errors(), "\n"), "oracle differential: the end state differs from the unperturbed run's in 1 fields:\n    ConfigMap/x data.k: v -> w") {
+			t.Fatalf("cleanup errors %q, want the differential oracle to name data.k", p.Errors())
 		}
 		if p := run("v"); p.Failed() {
-			t.Fatalf("a case equal to its baseline failed: %v", p.errors)
+			t.Fatalf("a case equal to its baseline failed: %v", p.Errors())
 		}
-		p = &probeTB{name: "differential"}
+		p = &recordtb.TB{TestName: "differential"}
 		c0 := s.NewCase(p)
 		c0.OptOut(Convergence, "the test ends before its operator settles on purpose")
 		o0 := cm("x", false)
@@ -268,11 +269,11 @@ func testPerturbation(t *testing.T, s *Suite) {
 			t.Fatal(err)
 		}
 		NewWithT(t).Eventually(seen(c0, "x")).WithTimeout(patience).Should(Equal("yes"))
-		p.runCleanups()
-		if p.Failed() || !strings.Contains(strings.Join(p.reports, "\n"), "not judged: the case opted out of convergence") {
-			t.Fatalf("a case that opted out of Convergence: errors %q reports %q, want no differential verdict and a report saying so", p.errors, p.reports)
+		p.RunCleanups()
+		if p.Failed() || !strings.Contains(strings.Join(p.Reports(), "\n"), "not judged: the case opted out of convergence") {
+			t.Fatalf("a case that opted out of Convergence: errors %q reports %q, want no differential verdict and a report saying so", p.Errors(), p.Reports())
 		}
-		p = &probeTB{name: "differential"}
+		p = &recordtb.TB{TestName: "differential"}
 		c := s.NewCase(p)
 		c.AllowDifference("ConfigMap", "x", "data", "the test writes another value on purpose")
 		o := cm("x", false)
@@ -281,9 +282,9 @@ func testPerturbation(t *testing.T, s *Suite) {
 			t.Fatal(err)
 		}
 		NewWithT(t).Eventually(seen(c, "x")).WithTimeout(patience).Should(Equal("yes"))
-		p.runCleanups()
-		if p.Failed() || len(p.reports) != 1 || !strings.Contains(p.reports[0], "the test writes another value on purpose") {
-			t.Fatalf("an allowed difference: errors %q reports %q, want no failure and the reason reported", p.errors, p.reports)
+		p.RunCleanups()
+		if p.Failed() || len(p.Reports()) != 1 || !strings.Contains(p.Reports()[0], "the test writes another value on purpose") {
+			t.Fatalf("an allowed difference: errors %q reports %q, want no failure and the reason reported", p.Errors(), p.Reports())
 		}
 	})
 }

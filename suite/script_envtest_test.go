@@ -12,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/ensembletest/ensemble/internal/recordtb"
 )
 
 // cm is a ConfigMap named name, looping (the looper bumps it forever) when loop is true.
@@ -39,11 +41,11 @@ func testScripts(t *testing.T, s *Suite) {
 		sc.RequireStep("delete a", func() error { return c.Delete(cm("a", false)) }, Permits(Deleted, "ConfigMap", "a"))
 		sc.RequireFinish(time.Second)
 	})
-	probe := func(t *testing.T, name string, body func(c *Case, sc *Script) error) (*probeTB, error) {
-		p := &probeTB{name: name}
+	probe := func(t *testing.T, name string, body func(c *Case, sc *Script) error) (*recordtb.TB, error) {
+		p := &recordtb.TB{TestName: name}
 		c := s.NewCase(p)
 		err := body(c, c.Script(name))
-		p.runCleanups()
+		p.RunCleanups()
 		return p, err
 	}
 	t.Run("one extra change", func(t *testing.T) {
@@ -58,8 +60,8 @@ func testScripts(t *testing.T, s *Suite) {
 		if err == nil || !regexp.MustCompile(`a change no permit covers: #\d+ \S+ Added ConfigMap/e-extra-[0-9a-f]+/b `).MatchString(err.Error()) {
 			t.Fatalf("step error %v, want the unpermitted creation of b named", err)
 		}
-		if !strings.Contains(strings.Join(p.errors, "\n"), "was dropped") {
-			t.Fatalf("cleanup errors %q: the step's error was dropped and cleanup did not say so", p.errors)
+		if !strings.Contains(strings.Join(p.Errors(), "\n"), "was dropped") {
+			t.Fatalf("cleanup errors %q: the step's error was dropped and cleanup did not say so", p.Errors())
 		}
 	})
 	t.Run("wrong order", func(t *testing.T) {
@@ -84,16 +86,16 @@ func testScripts(t *testing.T, s *Suite) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !strings.Contains(strings.Join(p.errors, "\n"), `script "unfinished" was never finished`) {
-			t.Fatalf("cleanup errors %q, want the unfinished script named", p.errors)
+		if !strings.Contains(strings.Join(p.Errors(), "\n"), `script "unfinished" was never finished`) {
+			t.Fatalf("cleanup errors %q, want the unfinished script named", p.Errors())
 		}
 	})
 	t.Run("a kind the stream does not watch", func(t *testing.T) {
 		p, err := probe(t, "unwatched", func(c *Case, sc *Script) error {
 			return sc.Step("create a secret", nil, Permits(Added, "Secret", "s"))
 		})
-		if err != nil || len(p.fatals) != 1 || !strings.Contains(p.fatals[0], `kind "Secret" is not watched`) || strings.Contains(strings.Join(p.errors, "\n"), "never finished") {
-			t.Fatalf("step error %v, fatals %q, errors %q: want one fatal naming the unwatched kind and no unfinished-script complaint", err, p.fatals, p.errors)
+		if err != nil || len(p.Fatals()) != 1 || !strings.Contains(p.Fatals()[0], `kind "Secret" is not watched`) || strings.Contains(strings.Join(p.Errors(), "\n"), "never finished") {
+			t.Fatalf("step error %v, fatals %q, errors %q: want one fatal naming the unwatched kind and no unfinished-script complaint", err, p.Fatals(), p.Errors())
 		}
 	})
 	t.Run("a change made before the script", func(t *testing.T) {
@@ -146,11 +148,11 @@ func testScripts(t *testing.T, s *Suite) {
 // specs (they pass every oracle); here each oracle fails on its bad case, and a 10 writes/s loop is
 // flagged (the time it took is logged).
 func testOracles(t *testing.T, s *Suite) {
-	probe := func(name string, body func(c *Case)) *probeTB {
-		p := &probeTB{name: name}
+	probe := func(name string, body func(c *Case)) *recordtb.TB {
+		p := &recordtb.TB{TestName: name}
 		c := s.NewCase(p)
 		body(c)
-		p.runCleanups()
+		p.RunCleanups()
 		return p
 	}
 	t.Run("hot loop of a writer at 20 writes/s", func(t *testing.T) {
@@ -185,8 +187,8 @@ func testOracles(t *testing.T, s *Suite) {
 			t.Fatalf("a writer aiming at 20 writes/s was never flagged in %d writes over %s", writes, patience)
 		}
 		t.Logf("hot-loop oracle flagged a writer aiming at 20 writes/s %s after its first write, at its write %d", flagged.Round(time.Millisecond), writes)
-		if msg := strings.Join(p.errors, "\n"); !strings.Contains(msg, "oracle hot-loop: ConfigMap/ticking") || !strings.Contains(msg, "data.i") {
-			t.Fatalf("cleanup errors %q, want the hot loop named with its field", p.errors)
+		if msg := strings.Join(p.Errors(), "\n"); !strings.Contains(msg, "oracle hot-loop: ConfigMap/ticking") || !strings.Contains(msg, "data.i") {
+			t.Fatalf("cleanup errors %q, want the hot loop named with its field", p.Errors())
 		}
 	})
 	t.Run("hot loop of a controller answering its own writes", func(t *testing.T) {
@@ -197,8 +199,8 @@ func testOracles(t *testing.T, s *Suite) {
 			}
 			NewWithT(t).Eventually(func() int { return len(s.rec.hotLoopsIn(c.Namespace, c.Started)) }).WithTimeout(patience).Should(Equal(1))
 		})
-		if msg := strings.Join(p.errors, "\n"); !strings.Contains(msg, "ConfigMap/spin was written") || !strings.Contains(msg, "op/looper patch") {
-			t.Fatalf("cleanup errors %q, want the looper named", p.errors)
+		if msg := strings.Join(p.Errors(), "\n"); !strings.Contains(msg, "ConfigMap/spin was written") || !strings.Contains(msg, "op/looper patch") {
+			t.Fatalf("cleanup errors %q, want the looper named", p.Errors())
 		}
 	})
 	t.Run("a name created again is another object", func(t *testing.T) {
@@ -229,8 +231,8 @@ func testOracles(t *testing.T, s *Suite) {
 			apply(c, "beta")
 			c.RequireQuiescent(300*time.Millisecond, patience)
 		})
-		if msg := strings.Join(p.errors, "\n"); !strings.Contains(msg, "ConfigMap/shared field data.k is owned by field managers alpha and beta") {
-			t.Fatalf("cleanup errors %q, want data.k and both managers named", p.errors)
+		if msg := strings.Join(p.Errors(), "\n"); !strings.Contains(msg, "ConfigMap/shared field data.k is owned by field managers alpha and beta") {
+			t.Fatalf("cleanup errors %q, want data.k and both managers named", p.Errors())
 		}
 		p = probe("shared-declared", func(c *Case) {
 			apply(c, "alpha")
@@ -239,7 +241,7 @@ func testOracles(t *testing.T, s *Suite) {
 			c.RequireQuiescent(300*time.Millisecond, patience)
 		})
 		if p.Failed() {
-			t.Fatalf("a declared shared field failed the case: %q %q", p.fatals, p.errors)
+			t.Fatalf("a declared shared field failed the case: %q %q", p.Fatals(), p.Errors())
 		}
 	})
 	t.Run("convergence", func(t *testing.T) {
@@ -254,20 +256,20 @@ func testOracles(t *testing.T, s *Suite) {
 			}
 			requireStalled(t, s, c)
 		})
-		if msg := strings.Join(p.errors, "\n"); !strings.Contains(msg, "oracle convergence") || !strings.Contains(msg, "not quiescent") {
-			t.Fatalf("cleanup errors %q, want a namespace that never went quiet", p.errors)
+		if msg := strings.Join(p.Errors(), "\n"); !strings.Contains(msg, "oracle convergence") || !strings.Contains(msg, "not quiescent") {
+			t.Fatalf("cleanup errors %q, want a namespace that never went quiet", p.Errors())
 		}
 		p = probe("never-reconciled", func(c *Case) {})
-		if msg := strings.Join(p.errors, "\n"); !strings.Contains(msg, "no controller ever ran a reconcile pass") {
-			t.Fatalf("cleanup errors %q, want a namespace no controller reconciled", p.errors)
+		if msg := strings.Join(p.Errors(), "\n"); !strings.Contains(msg, "no controller ever ran a reconcile pass") {
+			t.Fatalf("cleanup errors %q, want a namespace no controller reconciled", p.Errors())
 		}
 		p = probe("opted-out", func(c *Case) { c.OptOut(Convergence, "nothing to reconcile here") })
-		if p.Failed() || len(p.reports) != 1 || !strings.Contains(p.reports[0], "nothing to reconcile here") {
-			t.Fatalf("opted out: fatals %q errors %q reports %q, want the reason reported and no failure", p.fatals, p.errors, p.reports)
+		if p.Failed() || len(p.Reports()) != 1 || !strings.Contains(p.Reports()[0], "nothing to reconcile here") {
+			t.Fatalf("opted out: fatals %q errors %q reports %q, want the reason reported and no failure", p.Fatals(), p.Errors(), p.Reports())
 		}
 		p = probe("no reason", func(c *Case) { c.OptOut(Convergence, " ") })
-		if len(p.fatals) != 1 || !strings.Contains(p.fatals[0], "without a reason") {
-			t.Fatalf("an opt-out without a reason: fatals %q", p.fatals)
+		if len(p.Fatals()) != 1 || !strings.Contains(p.Fatals()[0], "without a reason") {
+			t.Fatalf("an opt-out without a reason: fatals %q", p.Fatals())
 		}
 	})
 }

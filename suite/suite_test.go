@@ -3,11 +3,12 @@ package suite
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
+	"github.com/ensembletest/ensemble/internal/recordtb"
 	"github.com/ensembletest/ensemble/suite/perturb"
 )
 
@@ -40,37 +42,37 @@ func TestKnownDefectVerdicts(t *testing.T) {
 		{"harness error", "X-1", Harness(errors.New("setup timed out")), "not the defect", ""},
 	}
 	t.Run("long evidence", func(t *testing.T) {
-		p := &probeTB{}
+		p := &recordtb.TB{}
 		var kept string
 		long := "flapped 4 times\n" + strings.Repeat("a change\n", 10000)
 		knownDefect(p, cat, "X-1", func() error { return errors.New(long) }, func(ref, full string) string { kept = full; return "/artifacts/pin-X-1.txt" }, nil)
-		if len(p.reports) != 1 || p.reports[0] != "KnownDefect X-1: X-1 still present: flapped 4 times (evidence: /artifacts/pin-X-1.txt)" || kept != long {
-			t.Fatalf("reports = %q (kept %d bytes): want one short line naming the evidence file, and the whole evidence kept", p.reports, len(kept))
+		if len(p.Reports()) != 1 || p.Reports()[0] != "KnownDefect X-1: X-1 still present: flapped 4 times (evidence: /artifacts/pin-X-1.txt)" || kept != long {
+			t.Fatalf("reports = %q (kept %d bytes): want one short line naming the evidence file, and the whole evidence kept", p.Reports(), len(kept))
 		}
 	})
 	t.Run("no catalog", func(t *testing.T) {
-		p := &probeTB{}
+		p := &recordtb.TB{}
 		knownDefect(p, nil, "MG-NOPE", func() error { return errors.New("x") }, nil, nil)
-		if len(p.fatals) != 1 || !strings.Contains(p.fatals[0], "Options.Pins is not set") {
-			t.Fatalf("fatals = %q: a pin checked against no catalog must fail", p.fatals)
+		if len(p.Fatals()) != 1 || !strings.Contains(p.Fatals()[0], "Options.Pins is not set") {
+			t.Fatalf("fatals = %q: a pin checked against no catalog must fail", p.Fatals())
 		}
 	})
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p := &probeTB{}
+			p := &recordtb.TB{}
 			var marked []string
 			knownDefect(p, cat, tc.ref, func() error { return tc.err }, nil, func(msg string) { marked = append(marked, msg) })
 			if tc.wantFatal != "" {
-				if len(p.fatals) != 1 || !strings.Contains(p.fatals[0], tc.wantFatal) {
-					t.Fatalf("fatals = %q, want one containing %q", p.fatals, tc.wantFatal)
+				if len(p.Fatals()) != 1 || !strings.Contains(p.Fatals()[0], tc.wantFatal) {
+					t.Fatalf("fatals = %q, want one containing %q", p.Fatals(), tc.wantFatal)
 				}
-				if len(marked) != 1 || marked[0] != p.fatals[0] {
-					t.Fatalf("marked = %q, want the failing verdict %q marked for the timeline", marked, p.fatals[0])
+				if len(marked) != 1 || marked[0] != p.Fatals()[0] {
+					t.Fatalf("marked = %q, want the failing verdict %q marked for the timeline", marked, p.Fatals()[0])
 				}
 				return
 			}
-			if p.Failed() || len(p.reports) != 1 || !strings.Contains(p.reports[0], tc.wantLog) {
-				t.Fatalf("failed=%v reports=%q, want a passing pin reporting %q", p.Failed(), p.reports, tc.wantLog)
+			if p.Failed() || len(p.Reports()) != 1 || !strings.Contains(p.Reports()[0], tc.wantLog) {
+				t.Fatalf("failed=%v reports=%q, want a passing pin reporting %q", p.Failed(), p.Reports(), tc.wantLog)
 			}
 			if len(marked) != 0 {
 				t.Fatalf("marked = %q: a pin still present is no failure", marked)
@@ -341,60 +343,6 @@ func TestOperatorTimelineUndoesCompression(t *testing.T) {
 	}
 }
 
-// probeTB is a TB that records verdicts instead of failing: for testing the harness's own verdicts (a pin
-// both ways, quiescence both ways) without failing the surrounding test. Fatalf and Errorf mark it failed
-// and keep the message; with ginkgo set they then panic, as GinkgoT's do, which ends the function that
-// called them. Cleanup functions run on runCleanups, which recovers those panics.
-type probeTB struct {
-	name                          string
-	ginkgo                        bool
-	fatals, errors, logs, reports []string
-	cleanups                      []func()
-}
-
-// probeFailed is what a ginkgo probeTB panics with.
-type probeFailed struct{}
-
-func (p *probeTB) Context() context.Context { return context.Background() }
-func (p *probeTB) Helper()                  {}
-func (p *probeTB) Name() string             { return p.name }
-func (p *probeTB) Cleanup(f func())         { p.cleanups = append(p.cleanups, f) }
-func (p *probeTB) Logf(format string, args ...any) {
-	p.logs = append(p.logs, fmt.Sprintf(format, args...))
-}
-func (p *probeTB) Errorf(format string, args ...any) {
-	p.errors = append(p.errors, fmt.Sprintf(format, args...))
-	if p.ginkgo {
-		panic(probeFailed{})
-	}
-}
-func (p *probeTB) Fatalf(format string, args ...any) {
-	p.fatals = append(p.fatals, fmt.Sprintf(format, args...))
-	if p.ginkgo {
-		panic(probeFailed{})
-	}
-}
-func (p *probeTB) Failed() bool { return len(p.fatals)+len(p.errors) > 0 }
-func (p *probeTB) AddReportEntryVisibilityAlways(name string, args ...any) {
-	p.reports = append(p.reports, name+": "+fmt.Sprint(args...))
-}
-
-func (p *probeTB) runCleanups() {
-	for i := len(p.cleanups) - 1; i >= 0; i-- {
-		func() {
-			defer func() {
-				if r := recover(); r != nil {
-					if _, ok := r.(probeFailed); !ok {
-						panic(r)
-					}
-				}
-			}()
-			p.cleanups[i]()
-		}()
-	}
-	p.cleanups = nil
-}
-
 // TestSubresourceCreateKeepsNoResourceVersion: a pods/binding create leaves the pod object as it was, so the
 // recorder must not take the pod's old resourceVersion for the one the write made (a timeline would call the
 // binding a write that changed nothing, FieldWriters would credit it with an earlier change).
@@ -431,5 +379,69 @@ func TestCaseArtifactsNamesACaseWithoutATest(t *testing.T) {
 	}
 	if got := s.caseArtifacts("e-1f", ""); got != "/a/e-1f" {
 		t.Errorf("a case without a test has directory %q, want its namespace", got)
+	}
+}
+
+// TestStopManagersCancelsAllThenWaitsOnce: Stop cancels every manager (last started first) before it waits
+// for any, then waits for all against one deadline and names each manager that did not stop by then. The
+// managers are bare instances (a cancel func and a done channel), so no control plane is needed.
+func TestStopManagersCancelsAllThenWaitsOnce(t *testing.T) {
+	const timeout = time.Second
+	s := &Suite{managers: map[string]*Manager{}, stopTimeout: timeout}
+	var mu sync.Mutex
+	var cancelled []string
+	release := make(chan struct{}) // the hanging managers return once the test is over
+	t.Cleanup(func() { close(release) })
+	// add starts a manager named name whose instance returns when the channel returns gives it is closed, and
+	// returns the instance's context.
+	add := func(name string, returns func(ctx context.Context) <-chan struct{}) context.Context {
+		ctx, cancel := context.WithCancel(context.Background())
+		m := &Manager{Name: name, done: make(chan error, 1), s: s, stop: func() {
+			mu.Lock()
+			if ctx.Err() == nil {
+				cancelled = append(cancelled, name)
+			}
+			mu.Unlock()
+			cancel()
+		}}
+		go func() {
+			<-returns(ctx)
+			m.done <- ctx.Err()
+		}()
+		s.managers[name] = m
+		s.order = append(s.order, name)
+		return ctx
+	}
+	onCancel := func(ctx context.Context) <-chan struct{} { return ctx.Done() }
+	never := func(context.Context) <-chan struct{} { return release }
+	first := add("first", onCancel)
+	add("hangs-1", never)
+	add("hangs-2", never)
+	// last is stopped first; it returns only once first, stopped last, was cancelled too: waiting for it
+	// before cancelling the others would time it out.
+	add("last", func(context.Context) <-chan struct{} { return first.Done() })
+	add("plain", onCancel)
+
+	begin := time.Now()
+	errs := s.stopManagers()
+	took := time.Since(begin)
+
+	if want := []string{"plain", "last", "hangs-2", "hangs-1", "first"}; !slices.Equal(cancelled, want) {
+		t.Errorf("cancelled %v, want %v (last started first)", cancelled, want)
+	}
+	var msgs []string
+	for _, err := range errs {
+		msgs = append(msgs, err.Error())
+	}
+	if len(msgs) != 2 || !strings.Contains(msgs[0], "manager hangs-2 did not stop within 1s") ||
+		!strings.Contains(msgs[1], "manager hangs-1 did not stop within 1s") || strings.Contains(msgs[0], "\n") {
+		t.Errorf("errors %q, want one line each for hangs-2 and hangs-1, none for the managers that stopped", msgs)
+	}
+	// One deadline for all: waiting for each in turn would take a timeout per hanging manager.
+	if took >= 2*timeout {
+		t.Errorf("stopManagers took %s with two managers hanging, want under %s (one deadline of %s)", took, 2*timeout, timeout)
+	}
+	if len(s.managers) != 0 {
+		t.Errorf("managers left after stop: %v", s.managers)
 	}
 }

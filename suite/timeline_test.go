@@ -20,6 +20,8 @@ import (
 	"github.com/chromedp/chromedp"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/ensembletest/ensemble/internal/recordtb"
 )
 
 const timelineNS = "e-timeline-1a2b3"
@@ -332,7 +334,7 @@ func TestTimelineFilter(t *testing.T) {
 // and a failed spec with no mark gets one at the cleanup's time.
 func TestCaseMarks(t *testing.T) {
 	s, t0, _ := timelineHistory(t)
-	p := &probeTB{name: "marks"}
+	p := &recordtb.TB{TestName: "marks"}
 	c := &Case{Namespace: timelineNS, t: p, s: s}
 	at := t0.Add(time.Second)
 	if m := c.failureMarks(at); len(m) != 0 {

@@ -2,13 +2,11 @@ package hakeeperfake_test
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -20,13 +18,12 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/ensembletest/ensemble/fakes/dataplane"
 	fakehk "github.com/ensembletest/ensemble/fakes/hakeeperfake"
-	"github.com/ensembletest/ensemble/internal/controlplane"
 	"github.com/ensembletest/ensemble/internal/passcount"
+	"github.com/ensembletest/ensemble/internal/planetest"
 	mov1 "github.com/ensembletest/ensemble/operators/matrixone/api/v1alpha1"
 	hk "github.com/ensembletest/ensemble/operators/matrixone/hakeeper"
 )
@@ -41,33 +38,23 @@ var (
 	k8s     client.Client
 )
 
-func TestMain(m *testing.M) { os.Exit(run(m)) }
-
-func run(m *testing.M) int {
-	for _, a := range os.Args {
-		if a == "-test.short" || a == "-test.short=true" {
-			return m.Run()
-		}
-	}
-	ctrl.SetLogger(logr.Discard())
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = mov1.AddToScheme(scheme)
-	plane, err := controlplane.Start(&envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "operators", "matrixone", "config", "crd")},
-		ErrorIfCRDPathMissing: true,
-	}, nil)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() { _ = plane.Stop() }()
-	restCfg = rest.CopyConfig(plane.Config)
-	restCfg.UserAgent = "ensemble-test/v0"
-	if k8s, err = client.New(restCfg, client.Options{Scheme: scheme}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
+func TestMain(m *testing.M) {
+	os.Exit(planetest.Run(m, planetest.Options{
+		SkipShort: true, // the tests skip themselves under -short (restCfg nil)
+		CRDs:      []string{filepath.Join("..", "..", "operators", "matrixone", "config", "crd")},
+		Setup: func(plane *rest.Config) (func() error, error) {
+			_ = clientgoscheme.AddToScheme(scheme)
+			_ = mov1.AddToScheme(scheme)
+			cfg := rest.CopyConfig(plane)
+			cfg.UserAgent = "ensemble-test/v0"
+			var err error
+			if k8s, err = client.New(cfg, client.Options{Scheme: scheme}); err != nil {
+				return nil, err
+			}
+			restCfg = cfg
+			return nil, nil
+		},
+	}))
 }
 
 // start creates a namespace and runs a manager scoped to it with the data plane and reg's simulator, and

@@ -12,7 +12,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -25,12 +24,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/ensembletest/ensemble/fakes/dataplane"
-	"github.com/ensembletest/ensemble/internal/controlplane"
+	"github.com/ensembletest/ensemble/internal/planetest"
 	"github.com/ensembletest/ensemble/operators/matrixone"
 	mov1 "github.com/ensembletest/ensemble/operators/matrixone/api/v1alpha1"
 )
@@ -55,36 +52,25 @@ var (
 // testUserAgent is the User-Agent, hence the default field manager, of envClient.
 const testUserAgent = "ensemble-test/v0"
 
-func TestMain(m *testing.M) { os.Exit(envtestMain(m)) }
-
-func envtestMain(m *testing.M) int {
-	for _, a := range os.Args {
-		if a == "-test.short" || a == "-test.short=true" {
-			return m.Run() // envtest tests skip themselves under -short (envCfg nil)
-		}
-	}
-	logf.SetLogger(logr.Discard())
-	_ = clientgoscheme.AddToScheme(envScheme)
-	_ = mov1.AddToScheme(envScheme)
-	plane, err := controlplane.Start(&envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("config", "crd")},
-		ErrorIfCRDPathMissing: true,
-	}, nil)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() { _ = plane.Stop() }()
-	cfg := rest.CopyConfig(plane.Config)
-	cfg.UserAgent = "mini-matrixone/v0"
-	direct := rest.CopyConfig(plane.Config)
-	direct.UserAgent = testUserAgent
-	if envClient, err = client.NewWithWatch(direct, client.Options{Scheme: envScheme}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	envCfg = cfg
-	return m.Run()
+func TestMain(m *testing.M) {
+	os.Exit(planetest.Run(m, planetest.Options{
+		SkipShort: true, // envtest tests skip themselves under -short (envCfg nil)
+		CRDs:      []string{filepath.Join("config", "crd")},
+		Setup: func(plane *rest.Config) (func() error, error) {
+			_ = clientgoscheme.AddToScheme(envScheme)
+			_ = mov1.AddToScheme(envScheme)
+			cfg := rest.CopyConfig(plane)
+			cfg.UserAgent = "mini-matrixone/v0"
+			direct := rest.CopyConfig(plane)
+			direct.UserAgent = testUserAgent
+			var err error
+			if envClient, err = client.NewWithWatch(direct, client.Options{Scheme: envScheme}); err != nil {
+				return nil, err
+			}
+			envCfg = cfg
+			return nil, nil
+		},
+	}))
 }
 
 // requireEnvtest skips t when envtest is not running.

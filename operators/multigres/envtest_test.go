@@ -10,9 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ensembletest/ensemble/internal/controlplane"
-
-	"github.com/go-logr/logr"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -28,10 +25,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-	logf "sigs.k8s.io/controller-runtime/pkg/log"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
+	"github.com/ensembletest/ensemble/internal/planetest"
 	"github.com/ensembletest/ensemble/operators/multigres"
 	mgv1 "github.com/ensembletest/ensemble/operators/multigres/api/v1alpha1"
 	"github.com/ensembletest/ensemble/operators/multigres/topo"
@@ -48,34 +44,19 @@ var (
 )
 
 func TestMain(m *testing.M) {
-	for _, a := range os.Args {
-		if a == "-test.short" || a == "-test.short=true" {
-			os.Exit(m.Run()) // envtest tests skip themselves under -short (restCfg nil)
-		}
-	}
-	logf.SetLogger(logr.Discard())
-	_ = clientgoscheme.AddToScheme(scheme)
-	_ = mgv1.AddToScheme(scheme)
-	plane, err := controlplane.Start(&envtest.Environment{
-		CRDDirectoryPaths:     []string{filepath.Join("config", "crd")},
-		ErrorIfCRDPathMissing: true,
-	}, nil)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	cfg := plane.Config
-	cfg.UserAgent = "mini-multigres/v0"
-	restCfg = cfg
-	direct, err = client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		_ = plane.Stop()
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = plane.Stop()
-	os.Exit(code)
+	os.Exit(planetest.Run(m, planetest.Options{
+		SkipShort: true, // envtest tests skip themselves under -short (restCfg nil)
+		CRDs:      []string{filepath.Join("config", "crd")},
+		Setup: func(cfg *rest.Config) (func() error, error) {
+			_ = clientgoscheme.AddToScheme(scheme)
+			_ = mgv1.AddToScheme(scheme)
+			cfg.UserAgent = "mini-multigres/v0"
+			restCfg = cfg
+			var err error
+			direct, err = client.New(cfg, client.Options{Scheme: scheme})
+			return nil, err
+		},
+	}))
 }
 
 // memTopo is a tiny topology: poolers by name.
@@ -425,12 +406,24 @@ func healthyThen(t *testing.T, opts multigres.Options, shard mgv1.ShardTemplate)
 	return ctx, ns
 }
 
+// converged waits (up to 30 s) until the shard is Healthy with both pool pods in podRoles: the poolers have
+// registered and the start-up is over, so what a test samples next is the steady state alone.
+func converged(t *testing.T, ctx context.Context, ns string) {
+	t.Helper()
+	NewWithT(t).Eventually(func(g Gomega) {
+		s := getShard(g, ctx, ns)
+		g.Expect(s.Status.Phase).To(Equal(mgv1.PhaseHealthy))
+		g.Expect(s.Status.PodRoles).To(HaveLen(2))
+	}).WithTimeout(30*time.Second).Should(Succeed(),
+		"the shard did not converge (Healthy, both pool pods in podRoles) within 30s")
+}
+
 func TestZeroFieldsFlips(t *testing.T) {
 	for _, live := range []bool{false, true} {
 		t.Run(fmt.Sprint("live=", live), func(t *testing.T) {
 			opts := multigres.DefaultOptions().WithDefect(multigres.DefectStatusSSAZeroFields, live)
 			ctx, ns := healthyThen(t, opts, basicShard())
-			time.Sleep(500 * time.Millisecond)
+			converged(t, ctx, ns)
 			vals, bumps := countChanges(ctx, ns, time.Second, func(s *mgv1.Shard) string { return fmt.Sprint(s.Status.OrchReady) })
 			t.Logf("orchReady values %v, %d resourceVersions in 1s", vals, bumps)
 			if live != (len(vals) == 2 && bumps > 10) {
@@ -447,7 +440,7 @@ func TestSplitWritersFlap(t *testing.T) {
 			sh := basicShard()
 			sh.BackupStorageClass = "backup"
 			ctx, ns := healthyThen(t, opts, sh)
-			time.Sleep(500 * time.Millisecond)
+			converged(t, ctx, ns)
 			vals, bumps := countChanges(ctx, ns, time.Second, func(s *mgv1.Shard) string {
 				if c := meta.FindStatusCondition(s.Status.Conditions, mgv1.ConditionStorageClassValid); c != nil {
 					return c.Message
@@ -515,12 +508,7 @@ func TestUnnamedFieldOwner(t *testing.T) {
 			ctx, ns := start(t, opts)
 			storageClass(ctx, t, "fast")
 			g.Expect(direct.Create(ctx, cluster(ns, basicShard()))).To(Succeed())
-			var s *mgv1.Shard
-			g.Eventually(func(g Gomega) {
-				s = getShard(g, ctx, ns)
-				g.Expect(s.Status.Phase).To(Equal(mgv1.PhaseHealthy))
-				g.Expect(s.Status.PodRoles).To(HaveLen(2))
-			}).WithTimeout(30 * time.Second).Should(Succeed())
+			converged(t, ctx, ns)
 			podRolesOwners := func(g Gomega) map[string]bool {
 				owners := map[string]bool{}
 				for _, mf := range getShard(g, ctx, ns).ManagedFields {
