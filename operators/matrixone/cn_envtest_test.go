@@ -492,8 +492,12 @@ func TestCNMigrationStorm(t *testing.T) {
 	for _, live := range []bool{false, true} {
 		t.Run(fmt.Sprintf("live=%v", live), func(t *testing.T) {
 			g := NewWithT(t)
-			e := startCN(t, cnOptions(map[string]bool{matrixone.DefectMigrationStorm: live}),
-				fakehk.Options{DrainTick: 2 * time.Millisecond})
+			opts := cnOptions(map[string]bool{matrixone.DefectMigrationStorm: live})
+			// 100 s is 1 s at the test's scale: the fixed rate stays near one pass a second, far below the
+			// live loop's even when a loaded machine slows each of its passes to tens of milliseconds (with
+			// the default 10 s, 100 ms here, the two came within 3x under -race on a busy machine).
+			opts.MigrateRequeue = 100 * time.Second
+			e := startCN(t, opts, fakehk.Options{DrainTick: 2 * time.Millisecond})
 			e.createPool(t, 1)
 			e.createClaim(t, "a", "tenant")
 			p1 := e.expectBound(g, "a")
