@@ -450,18 +450,18 @@ func claimMigrationStormSpec(ctx SpecContext) {
 	}).WithTimeout(claimTimeout).WithPolling(time.Millisecond).Should(BeTrue(), "the claim never reported migration progress")
 	start := time.Now()
 
-	// A storm is the claim waking itself: a pass that starts before the delay its previous pass was handed
-	// ran out (not Pass.Requeued), right after that pass's own status write. Such a pass costs the operator
-	// none of the time it would wait, so the window is 20 s of the operator's requeue time (the delays the
-	// requeue-woken passes' predecessors asked for, at the fixtures' scale) and the verdict counts passes,
-	// not wall time: a loaded machine makes the storm slower, not smaller. The storm is proven at its 10th
-	// self-woken pass.
+	// A storm is the claim waking itself: an event (its own status write) wakes the next pass before the
+	// requeue its previous pass asked for. Such a pass costs the operator none of the time it would wait, so
+	// the window is 20 s of the operator's requeue time (suite.CountWakes's RequeueTime, at the fixtures'
+	// scale) and the verdict counts event-woken passes, not wall time: a loaded machine makes the storm
+	// slower, not smaller. The storm is proven at its 10th self-woken pass.
 	window := time.Duration(float64(20*time.Second) * fixtures.TimeScale)
 	var selfWoken int
 	var waited time.Duration
 	ended := false
 	Eventually(func() bool {
-		selfWoken, waited = stormCount(claimFinished(c.Passes(suite.PassFilter{Name: "a", Controller: matrixone.CNClaimControllerName, Since: start})))
+		w := suite.CountWakes(c.Passes(suite.PassFilter{Name: "a", Controller: matrixone.CNClaimControllerName, Since: start}))
+		selfWoken, waited = w.Events, w.RequeueTime
 		_, source := migrating()
 		ended = !source
 		return selfWoken >= 10 || waited >= window || ended
@@ -484,38 +484,10 @@ func claimMigrationStormSpec(ctx SpecContext) {
 	})
 }
 
-// stormCount counts, over one controller key's finished passes (oldest first), the passes that woke
-// without their predecessor's requeue (an event, here the claim's own status write, woke them) and the
-// operator time the requeue-woken ones waited (the delays their predecessors asked for).
-func stormCount(passes []suite.Pass) (selfWoken int, waited time.Duration) {
-	// An event, not the requeue, woke a pass the controller's queue saw an event add for (Pass.Event), however
-	// late a loaded machine delivered it; only a pass the requeue alone woke spends requeue time.
-	for i := 1; i < len(passes); i++ {
-		switch {
-		case passes[i].Event:
-			selfWoken++
-		case passes[i].Requeued:
-			waited += passes[i-1].Asked
-		}
-	}
-	return selfWoken, waited
-}
-
 // claimPod returns the spec.podName of claim name (which must exist).
 func (e *claimEnv) claimPod(name string) string {
 	GinkgoHelper()
 	return e.claim(Default, name).Spec.PodName
-}
-
-// claimFinished drops passes still running (the operator timeline needs each pass's end).
-func claimFinished(ps []suite.Pass) []suite.Pass {
-	out := ps[:0:0]
-	for _, p := range ps {
-		if !p.End.IsZero() {
-			out = append(out, p)
-		}
-	}
-	return out
 }
 
 // claimLostCleared reports, from the event stream (the claim may already be deleted by its set), whether

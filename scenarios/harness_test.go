@@ -97,7 +97,7 @@ var _ = Describe("harness", Label("harness"), func() {
 
 	It("the kubelet stand-in retries a pod binding a perturbation point refused: the pod still runs", func() {
 		c := s.NewCase(GinkgoT())
-		c.Perturb(perturb.Point{Mode: perturb.Conflict, Writer: "dataplane/dataplane-kubelet", Object: "Pod/solo", Nth: 1})
+		c.Perturb(perturb.Point{Mode: perturb.Conflict, Writer: "dataplane/dataplane-kubelet", Object: "Pod/solo", Trigger: perturb.Nth(1)})
 		Expect(c.Create(&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "solo"},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}})).To(Succeed())
 		Eventually(func() corev1.PodPhase {

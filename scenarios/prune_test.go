@@ -69,7 +69,7 @@ func stalePrunePinSpec() {
 	poolerName := pooler.PoolerNamePrefix + newPod
 
 	c.Perturb(perturb.Point{Mode: perturb.Stale, Writer: mgr.Name + "/" + multigres.ShardControllerName,
-		Object: "Pod/" + newPod, Nth: 1, For: staleHoldWrites})
+		Object: "Pod/" + newPod, Trigger: perturb.Nth(1), For: staleHoldWrites})
 	setPoolReplicas(c, names.Cluster, "main", 3)
 
 	By("waiting for the held pod's pooler to register")

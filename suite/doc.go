@@ -40,5 +40,5 @@
 //     (kube-controller-manager's) never fires one. A change trigger (^n) counts every change of its object,
 //     whoever made it, as its writer's manager's watch delivers it.
 //   - Requeue compression changes wall time, not order. A spec that measures a rate must measure it in the
-//     operator's own time (OperatorTimeline).
+//     operator's own time (OperatorTimeline, CountWakes).
 package suite

@@ -81,7 +81,8 @@ type firing struct {
 	release func()
 }
 
-// fired is what perturbBefore tells the write it let through: a restart to carry out once the write is done.
+// fired is what perturbBefore tells the write: the error of a fault point that refuses it, or a restart to
+// carry out once the write is done.
 type fired struct {
 	err     error
 	restart *perturb.Point
@@ -89,9 +90,10 @@ type fired struct {
 
 // Perturb sets point p on the case from now on: its writer's writes in the case's namespace are counted from
 // the call, and the point fires as perturb.Point says. The case's cleanup ends every point (releasing what
-// is held) before the oracles judge the end state. A point that names an external system the suite does not
-// have (Options.Externals) fails the test; one that never fired and whose writer names no manager, controller
-// or recorded writer fails it at the case's cleanup, naming the writers there are.
+// is held) before the oracles judge the end state. A point perturb.Point.Validate refuses, or one that names
+// an external system the suite does not have (Options.Externals), fails the test; one that never fired and
+// whose writer names no manager, controller or recorded writer fails it at the case's cleanup, naming the
+// writers there are.
 func (c *Case) Perturb(p perturb.Point) {
 	c.t.Helper()
 	if err := c.s.checkPoint(p); err != nil {
@@ -108,8 +110,11 @@ func (c *Case) Release() {
 	}
 }
 
-// checkPoint reports whether the suite can carry out p.
+// checkPoint reports whether the suite can carry out p: perturb.Point.Validate, then its external system.
 func (s *Suite) checkPoint(p perturb.Point) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
 	if p.Mode == perturb.Down || p.Mode == perturb.Slow {
 		_, err := s.external(p.System)
 		return err
@@ -139,7 +144,7 @@ func (s *Suite) arm(pl *plan, p perturb.Point) {
 	pl.mu.Lock()
 	pl.armed = append(pl.armed, a)
 	pl.mu.Unlock()
-	if p.Change > 0 {
+	if p.Trigger.OnChange() {
 		kind, name, _ := strings.Cut(p.Object, "/")
 		s.chmu.Lock()
 		s.changeTriggers = append(s.changeTriggers, &changeTrigger{s: s, a: a, pl: pl, key: heldKey{kind, pl.ns, name}, rvs: map[string]bool{}})
@@ -181,7 +186,7 @@ func (s *Suite) changeAt(manager string, k heldKey, ev watch.Event) *changeTrigg
 	return fired
 }
 
-// fire carries the trigger's point out in the case's plan; release ends the hold the watch began for
+// fire carries the trigger's point out in the case's plan (fire); release ends the hold the watch began for
 // stale and coalesce (nil for the other modes). A plan already closed releases it at once.
 func (ch *changeTrigger) fire(release func()) {
 	pl, p := ch.pl, ch.a.p
@@ -194,31 +199,48 @@ func (ch *changeTrigger) fire(release func()) {
 		return
 	}
 	what := fmt.Sprintf("%s at %s/%s (its change %d, as %s's watch delivered it", p, ch.key.kind, ch.key.name, ch.n, p.Manager())
-	restart := false
-	switch {
-	case ch.holds():
-		pl.note(what + "; held from then on)")
-		f := &firing{p: p, left: p.For, release: release}
-		pl.held = append(pl.held, f)
-		if f.left == 0 {
-			ch.s.releaseWhenQuiet(pl, f)
-		}
-	case p.Mode.Fault():
-		pl.note(what + "; its next write is refused)")
-		ch.a.primed = true
-	case p.Mode == perturb.Restart:
-		pl.note(what + "; restarted before it could act on it)")
-		restart = true
-	default:
-		pl.note(what + ")")
-		if f := ch.s.startHeld(pl, p, p.Manager(), ch.key.kind, ch.key.name); f != nil {
-			pl.held = append(pl.held, f)
-		}
-	}
+	_, restart := ch.s.fire(pl, ch.a, what, p.Manager(), ch.key.kind, ch.key.name, nil, release)
 	pl.mu.Unlock()
 	if restart {
 		ch.s.restart(pl, p.Manager(), p)
 	}
+}
+
+// fire carries out a, whose point p fired, in plan pl (called with pl.mu held): the one place that
+// dispatches on p's mode. what says where it fired, for the case's report. manager, kind and name are the
+// writer's manager and the object. On a write trigger (w set) a fault refuses w (refuse is set) and a
+// restart waits for w to be done; on a change trigger a fault refuses the writer's next write and the
+// restart is due at once. Either way restart asks the caller to restart manager once pl.mu is released.
+// release is the hold a change trigger's watch already began (stale, coalesce), nil otherwise.
+func (s *Suite) fire(pl *plan, a *armed, what, manager, kind, name string, w *Write, release func()) (refuse, restart bool) {
+	p := a.p
+	if w != nil && w.Point == "" {
+		w.Point = p.String()
+	}
+	switch {
+	case p.Mode.Fault() && w != nil:
+		pl.note(what + ")")
+		return true, false
+	case p.Mode.Fault():
+		pl.note(what + "; its next write is refused)")
+		a.primed = true
+	case p.Mode == perturb.Restart && w != nil:
+		pl.note(what + ")")
+		return false, true
+	case p.Mode == perturb.Restart:
+		pl.note(what + "; restarted before it could act on it)")
+		return false, true
+	default:
+		if w == nil {
+			pl.note(what + "; held from then on)")
+		} else {
+			pl.note(what + ")")
+		}
+		if f := s.startHeld(pl, p, manager, kind, name, release); f != nil {
+			pl.held = append(pl.held, f)
+		}
+	}
+	return false, false
 }
 
 // perturbBefore counts w against the points of its namespace before it is sent. It returns the error of a
@@ -267,21 +289,13 @@ func (s *Suite) perturbBefore(w *Write, c client.Client) fired {
 			continue
 		}
 		p := a.p
-		pl.note(fmt.Sprintf("%s at %s/%s (%s by %s)", p, w.Kind, w.Name, w.Verb, writer))
-		if w.Point == "" {
-			w.Point = p.String()
+		what := fmt.Sprintf("%s at %s/%s (%s by %s", p, w.Kind, w.Name, w.Verb, writer)
+		refuse, restart := s.fire(pl, a, what, w.Manager, w.Kind, w.Name, w, nil)
+		if refuse && out.err == nil {
+			out.err = p.Error(groupResource(c, w.Kind), w.Name)
 		}
-		switch {
-		case p.Mode.Fault():
-			if out.err == nil {
-				out.err = p.Error(groupResource(c, w.Kind), w.Name)
-			}
-		case p.Mode == perturb.Restart:
+		if restart {
 			out.restart = &p
-		default:
-			if f := s.startHeld(pl, p, w.Manager, w.Kind, w.Name); f != nil {
-				pl.held = append(pl.held, f)
-			}
 		}
 	}
 	pl.mu.Unlock()
@@ -356,11 +370,12 @@ func (s *Suite) restart(pl *plan, manager string, p perturb.Point) {
 
 // startHeld begins a held point p that fired on kind/name of the plan's namespace, for manager (called with
 // pl.mu held), and returns its firing; nil when it could not begin (the reason is kept for the case's
-// cleanup).
-func (s *Suite) startHeld(pl *plan, p perturb.Point, manager, kind, name string) *firing {
-	f := &firing{p: p, left: p.For}
-	switch p.Mode {
-	case perturb.Stale, perturb.Coalesce:
+// cleanup). release, when set, is the hold a change trigger's watch already began.
+func (s *Suite) startHeld(pl *plan, p perturb.Point, manager, kind, name string, release func()) *firing {
+	f := &firing{p: p, left: p.For, release: release}
+	switch {
+	case release != nil:
+	case p.Mode == perturb.Stale || p.Mode == perturb.Coalesce:
 		s.mu.Lock()
 		m := s.managers[manager]
 		s.mu.Unlock()
@@ -369,7 +384,7 @@ func (s *Suite) startHeld(pl *plan, p perturb.Point, manager, kind, name string)
 			return nil
 		}
 		f.release = m.holds.hold(kind, pl.ns, name, p.Mode == perturb.Coalesce)
-	case perturb.Down, perturb.Slow:
+	case p.Mode == perturb.Down || p.Mode == perturb.Slow:
 		ext, err := s.external(p.System)
 		if err != nil {
 			pl.errs = append(pl.errs, fmt.Sprintf("point %s: %v", p, err))
@@ -508,7 +523,7 @@ func (c *Case) reportPoints(points, firedAt []string) []string {
 				continue
 			}
 		}
-		if err == nil && pt.Change > 0 {
+		if err == nil && pt.Trigger.OnChange() {
 			lines = append(lines, p+" never fired: its object did not change that often as the writer's manager's cache watches it (does that manager watch the kind?)")
 			continue
 		}

@@ -45,7 +45,7 @@ func testPerturbation(t *testing.T, s *Suite) {
 	}
 	t.Run("conflict on the first write", func(t *testing.T) {
 		c := s.NewCase(t)
-		c.Perturb(perturb.Point{Mode: perturb.Conflict, Writer: "op/configmap", Object: "ConfigMap/m", Nth: 1})
+		c.Perturb(perturb.Point{Mode: perturb.Conflict, Writer: "op/configmap", Object: "ConfigMap/m", Trigger: perturb.Nth(1)})
 		createSeen(t, c, "m")
 		ws := c.Writes(WriteFilter{Manager: "op"})
 		if len(ws) < 2 || !apierrors.IsConflict(ws[0].Err) || ws[0].Point != "conflict@op/configmap:ConfigMap/m#1" || ws[1].Err != nil || ws[1].Point != "" {
@@ -60,7 +60,7 @@ func testPerturbation(t *testing.T, s *Suite) {
 		s.mu.Lock()
 		old := s.managers["op"]
 		s.mu.Unlock()
-		c.Perturb(perturb.Point{Mode: perturb.Restart, Writer: "op/configmap", Nth: 1})
+		c.Perturb(perturb.Point{Mode: perturb.Restart, Writer: "op/configmap", Trigger: perturb.Nth(1)})
 		createSeen(t, c, "a")
 		NewWithT(t).Eventually(func() *Manager {
 			s.mu.Lock()
@@ -78,7 +78,7 @@ func testPerturbation(t *testing.T, s *Suite) {
 	})
 	t.Run("stale view until one more write", func(t *testing.T) {
 		c := s.NewCase(t)
-		c.Perturb(perturb.Point{Mode: perturb.Stale, Writer: "op/configmap", Object: "ConfigMap/s", Nth: 1, For: 1})
+		c.Perturb(perturb.Point{Mode: perturb.Stale, Writer: "op/configmap", Object: "ConfigMap/s", Trigger: perturb.Nth(1), For: 1})
 		createSeen(t, c, "s")
 		cached := cachedSeen(t, s, c, "s")
 		// The hold began before the marker's write was sent and lasts one more write in the namespace.
@@ -92,7 +92,7 @@ func testPerturbation(t *testing.T, s *Suite) {
 	})
 	t.Run("a quiescence check ends a hold that lasts until quiet", func(t *testing.T) {
 		c := s.NewCase(t)
-		c.Perturb(perturb.Point{Mode: perturb.Stale, Writer: "op/configmap", Object: "ConfigMap/q", Nth: 1})
+		c.Perturb(perturb.Point{Mode: perturb.Stale, Writer: "op/configmap", Object: "ConfigMap/q", Trigger: perturb.Nth(1)})
 		createSeen(t, c, "q")
 		// A window shorter than the hold's own 300 ms of quiet: without the release the check would return
 		// while op's cache still lacks the marker's write.
@@ -102,7 +102,7 @@ func testPerturbation(t *testing.T, s *Suite) {
 		}
 	})
 	t.Run("run points skip a case outside a spec", func(t *testing.T) {
-		s.runPoints = []perturb.Point{{Mode: perturb.Conflict, Writer: "op", Nth: 1}}
+		s.runPoints = []perturb.Point{{Mode: perturb.Conflict, Writer: "op", Trigger: perturb.Nth(1)}}
 		defer func() { s.runPoints = nil }()
 		for name, want := range map[string]bool{"": false, "a spec": true} {
 			p := &recordtb.TB{TestName: name}
@@ -116,8 +116,8 @@ func testPerturbation(t *testing.T, s *Suite) {
 	t.Run("a writer that names nothing fails the case", func(t *testing.T) {
 		// As ENSEMBLE_PERTURB sets them: a typo of the manager fails the case naming the writers there are; a
 		// real writer whose point did not fire is only reported.
-		s.runPoints = []perturb.Point{{Mode: perturb.Conflict, Writer: "opp", Nth: 1},
-			{Mode: perturb.Conflict, Writer: "op/looper", Object: "ConfigMap/none", Nth: 1}}
+		s.runPoints = []perturb.Point{{Mode: perturb.Conflict, Writer: "opp", Trigger: perturb.Nth(1)},
+			{Mode: perturb.Conflict, Writer: "op/looper", Object: "ConfigMap/none", Trigger: perturb.Nth(1)}}
 		defer func() { s.runPoints = nil }()
 		p := &recordtb.TB{TestName: "writer typo"}
 		c := s.NewCase(p)
@@ -136,9 +136,9 @@ func testPerturbation(t *testing.T, s *Suite) {
 	t.Run("change triggers", func(t *testing.T) {
 		c := s.NewCase(t)
 		// The case's creation of cc is its first change: the marker's next write is refused.
-		c.Perturb(perturb.Point{Mode: perturb.Conflict, Writer: "op/configmap", Object: "ConfigMap/cc", Change: 1})
+		c.Perturb(perturb.Point{Mode: perturb.Conflict, Writer: "op/configmap", Object: "ConfigMap/cc", Trigger: perturb.Change(1)})
 		// The marker's write of cs is its second change: op's cache holds it until one more write.
-		c.Perturb(perturb.Point{Mode: perturb.Stale, Writer: "op", Object: "ConfigMap/cs", Change: 2, For: 1})
+		c.Perturb(perturb.Point{Mode: perturb.Stale, Writer: "op", Object: "ConfigMap/cs", Trigger: perturb.Change(2), For: 1})
 		createSeen(t, c, "cc")
 		ws := c.Writes(WriteFilter{Manager: "op", Name: "cc"})
 		if len(ws) < 2 || !apierrors.IsConflict(ws[0].Err) || ws[0].Point != "conflict@op/configmap:ConfigMap/cc^1" || ws[1].Err != nil {
@@ -166,7 +166,7 @@ func testPerturbation(t *testing.T, s *Suite) {
 		s.mu.Lock()
 		old := s.managers["op"]
 		s.mu.Unlock()
-		c.Perturb(perturb.Point{Mode: perturb.Restart, Writer: "op", Object: "ConfigMap/cr", Change: 1})
+		c.Perturb(perturb.Point{Mode: perturb.Restart, Writer: "op", Object: "ConfigMap/cr", Trigger: perturb.Change(1)})
 		if err := c.Create(cm("cr", false)); err != nil {
 			t.Fatal(err)
 		}
@@ -189,7 +189,7 @@ func testPerturbation(t *testing.T, s *Suite) {
 			t.Fatal(err)
 		}
 		c.AfterCleanup(func() { _ = m.Stop() })
-		c.Perturb(perturb.Point{Mode: perturb.Restart, Writer: "own", Nth: 1})
+		c.Perturb(perturb.Point{Mode: perturb.Restart, Writer: "own", Trigger: perturb.Nth(1)})
 		if err := c.Create(cm("h", false)); err != nil {
 			t.Fatal(err)
 		}

@@ -119,14 +119,14 @@ type Pass struct {
 	// RequeueAfter is the delay handed to controller-runtime (after requeue compression); Asked is the delay
 	// the reconciler asked for. Both are zero when no delayed requeue was asked.
 	RequeueAfter, Asked time.Duration
-	// Requeued is true when the previous pass of this controller key asked for a delayed requeue and this
-	// pass began once the delay it was handed had run out: the requeue, not an event, most likely woke it.
-	// Under requeue compression and a fixture's time scale such passes run far sooner than in production.
-	Requeued bool
 	// Event is true when an event handler or source queued this request since the previous pass of this
 	// controller key began (always for a key's first pass): something other than a requeue woke the pass,
 	// however late its event arrived. Read from the controller's queue, so it does not depend on the load.
 	Event bool
+	// Requeued is true when no event queued the request (Event is false) and the previous pass of this
+	// controller key asked for a delayed requeue: that requeue woke the pass. Read from the queue as Event
+	// is. Under requeue compression and a fixture's time scale such passes run far sooner than in production.
+	Requeued bool
 }
 
 // line renders the pass on one line for reports and dumps.
@@ -171,12 +171,6 @@ func newRecorder(scheme *runtime.Scheme, notify *broadcast) *recorder {
 // caseManager is the manager name of a Case's client.
 const caseManager = "case"
 
-// woke reports whether a pass of the same key starting at start was most likely woken by prev's delayed
-// requeue: prev asked for one, and start is at least the delay it was handed after prev ended.
-func woke(prev Pass, start time.Time) bool {
-	return prev.Asked > 0 && prev.RequeueAfter > 0 && !prev.End.IsZero() && start.Sub(prev.End) >= prev.RequeueAfter
-}
-
 func (r *recorder) addWrite(w Write) {
 	r.mu.Lock()
 	w.Seq = int64(len(r.writeLog) + 1)
@@ -196,8 +190,8 @@ func (r *recorder) beginPass(manager, controller string, req ctrl.Request) *Pass
 	r.perKey[k]++
 	p := &Pass{ID: int64(len(r.passLog) + 1), Manager: manager, Controller: controller, Request: req, N: r.perKey[k], Start: time.Now()}
 	if prev := r.lastPass[k]; prev != nil {
-		p.Requeued = woke(*prev, p.Start)
 		p.Event = r.queued[k].After(prev.Start)
+		p.Requeued = !p.Event && prev.Asked > 0
 	} else {
 		p.Event = true
 	}

@@ -214,7 +214,7 @@ func TestExternalsByName(t *testing.T) {
 		if _, err := validateExternals([]External{{Name: name, Down: down, Slow: slow}}); err != nil {
 			t.Fatalf("%q refused: %v", name, err)
 		}
-		for _, p := range []perturb.Point{{Mode: perturb.Down, System: name, Writer: "op", Nth: 1}, {Mode: perturb.Slow, System: name, Latency: time.Second, Writer: "op", Every: 2}} {
+		for _, p := range []perturb.Point{{Mode: perturb.Down, System: name, Writer: "op", Trigger: perturb.Nth(1)}, {Mode: perturb.Slow, System: name, Latency: time.Second, Writer: "op", Trigger: perturb.Every(2)}} {
 			back, err := perturb.Parse(p.String())
 			if err != nil || back != p {
 				t.Fatalf("point %q parses to %+v, %v; want %+v", p.String(), back, err, p)
@@ -323,23 +323,26 @@ func TestOperatorTimelineUndoesCompression(t *testing.T) {
 	t0 := time.Now()
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	ps := []Pass{
-		// asked 10 s, handed 50 ms; the requeue woke it 52 ms later: 10 s of operator time
-		{Start: at(0), End: at(1), Asked: 10 * time.Second, RequeueAfter: 50 * time.Millisecond},
-		// an event woke it 5 ms later, before the compressed requeue: 5 ms
-		{Start: at(53), End: at(54), Asked: 10 * time.Second, RequeueAfter: 50 * time.Millisecond},
-		// no delayed requeue asked: wall time, 101 ms
-		{Start: at(59), End: at(60)},
-		{Start: at(160), End: at(161)},
+		{Start: at(0), End: at(1), Asked: 10 * time.Second, RequeueAfter: 50 * time.Millisecond, Event: true},
+		// asked 10 s, handed 50 ms; the requeue woke it: 10 s of operator time
+		{Start: at(52), End: at(53), Asked: 10 * time.Second, RequeueAfter: 50 * time.Millisecond, Requeued: true},
+		// an event woke it 900 ms later, after the compressed requeue was due (a loaded machine delivered
+		// it late): wall time, 900 ms, as the queue says an event woke it
+		{Start: at(952), End: at(953), Event: true},
+		// no delayed requeue asked before it: wall time, 101 ms
+		{Start: at(1053), End: at(1054), Asked: time.Second, RequeueAfter: 50 * time.Millisecond, Event: true},
+		// its requeue of 1 s woke it: 1 s
+		{Start: at(1105), End: at(1106), Requeued: true},
 	}
 	got := OperatorTimeline(ps)
-	want := []time.Duration{0, 10 * time.Second, 10*time.Second + 6*time.Millisecond, 10*time.Second + 107*time.Millisecond}
+	want := []time.Duration{0, 10 * time.Second, 10*time.Second + 900*time.Millisecond, 11*time.Second + time.Millisecond, 12*time.Second + time.Millisecond}
 	for i := range want {
 		if got[i] != want[i] {
 			t.Fatalf("timeline = %v, want %v", got, want)
 		}
 	}
-	if n := PassesWithin(ps, 10*time.Second); n != 1 {
-		t.Fatalf("PassesWithin(10s) = %d, want 1", n)
+	if w := CountWakes(ps); w != (Wakes{Events: 2, Requeues: 2, RequeueTime: 11 * time.Second}) {
+		t.Fatalf("CountWakes = %+v, want 2 events, 2 requeues, 11 s of requeue time", w)
 	}
 }
 

@@ -60,13 +60,13 @@ func (m Mode) Held() bool {
 	return m == Stale || m == Coalesce || m == Down || m == Slow
 }
 
-// Point is one perturbation. Its trigger is a write or a change. A write trigger counts the writes of Writer
-// (on Object, when set) in the case's namespace from 1 and fires on the Nth, on every Every-th, or on a Rate
-// of them. A change trigger (Change) counts the changes of Object, whoever made them, as Writer's manager's
-// watch delivers them, and fires on the Change-th before that manager's cache sees it: a fault mode then
-// refuses Writer's next write, restart restarts Writer's manager before it could act on the change, stale
-// and coalesce hold Object from that manager's cache from that change on (the change included), down and
-// slow begin there.
+// Point is one perturbation. Its Trigger counts writes or changes. A write trigger (Nth, Every, Rate)
+// counts the writes of Writer (on Object, when set) in the case's namespace from 1. A change trigger
+// (Change) counts the changes of Object, whoever made them, as Writer's manager's watch delivers them, and
+// fires before that manager's cache sees the change: a fault mode then refuses Writer's next write, restart
+// restarts Writer's manager before it could act on the change, stale and coalesce hold Object from that
+// manager's cache from that change on (the change included), down and slow begin there. Validate says
+// whether a point can be carried out; Parse and Case.Perturb both ask it.
 type Point struct {
 	// Mode is what happens when the point fires.
 	Mode Mode
@@ -78,33 +78,77 @@ type Point struct {
 	// Object narrows the counted writes to one object of the case's namespace, "Kind/name"; empty counts all.
 	// A change trigger names the object whose changes it counts here (required).
 	Object string
-	// Exactly one of Nth (the Nth counted write, from 1), Every (every Every-th), Rate (a fraction in (0, 1]
-	// of the counted writes, picked by a hash of their number, so a rerun picks the same ones) and Change
-	// (the Change-th change of Object, from 1: its creation, when the case saw it, is the first) is set. A
-	// change is one the suite's event stream records: a creation, a deletion, or an update that changed a
-	// field other than resourceVersion, managedFields and timestamps.
-	Nth, Every int
-	Rate       float64
-	Change     int
+	// Trigger is the one count the point fires on: Nth(n), Every(n), Rate(r) or Change(n).
+	Trigger Trigger
 	// For releases a held mode after this many further writes in the case's namespace (any writer); 0 holds
 	// it until the namespace is otherwise quiet, until the spec's next quiescence check (Case.Quiescent),
 	// until Case.Release, or until the case's cleanup begins.
 	For int
 }
 
+// TriggerKind is what a trigger counts and how it matches the count; its value is the sign Point.String
+// writes before the count.
+type TriggerKind byte
+
+// The trigger kinds.
+const (
+	// NthWrite fires on the N-th counted write.
+	NthWrite TriggerKind = '#'
+	// EveryWrite fires on every N-th counted write.
+	EveryWrite TriggerKind = '%'
+	// WriteRate fires on a fraction Rate of the counted writes, picked by a hash of their number and the
+	// point, so a rerun picks the same ones.
+	WriteRate TriggerKind = '~'
+	// NthChange fires on the N-th change of the point's Object. A change is one the suite's event stream
+	// records: a creation (the first, when the case saw it), a deletion, or an update that changed a field
+	// other than resourceVersion, managedFields and timestamps.
+	NthChange TriggerKind = '^'
+)
+
+// Trigger is the count a point fires on. Build one with Nth, Every, Rate or Change; the zero Trigger is no
+// trigger, and Validate refuses it.
+type Trigger struct {
+	Kind TriggerKind
+	// N is the count of NthWrite, EveryWrite and NthChange, from 1.
+	N int
+	// Rate is WriteRate's fraction, in (0, 1].
+	Rate float64
+}
+
+// Nth is the trigger that fires on the n-th counted write (n from 1).
+func Nth(n int) Trigger { return Trigger{Kind: NthWrite, N: n} }
+
+// Every is the trigger that fires on every n-th counted write.
+func Every(n int) Trigger { return Trigger{Kind: EveryWrite, N: n} }
+
+// Rate is the trigger that fires on a fraction r in (0, 1] of the counted writes.
+func Rate(r float64) Trigger { return Trigger{Kind: WriteRate, Rate: r} }
+
+// Change is the trigger that fires on the n-th change of the point's Object (n from 1).
+func Change(n int) Trigger { return Trigger{Kind: NthChange, N: n} }
+
+// OnChange reports whether t counts an object's changes rather than writes.
+func (t Trigger) OnChange() bool { return t.Kind == NthChange }
+
+// String renders t as Point.String writes it: "#3", "%2", "~0.25" or "^1".
+func (t Trigger) String() string {
+	if t.Kind == WriteRate {
+		return "~" + strconv.FormatFloat(t.Rate, 'g', -1, 64)
+	}
+	return string(rune(t.Kind)) + strconv.Itoa(t.N)
+}
+
 // Fires reports whether the point fires on the n-th counted write or change (from 1).
 func (p Point) Fires(n int) bool {
-	switch {
-	case p.Change > 0:
-		return n == p.Change
-	case p.Nth > 0:
-		return n == p.Nth
-	case p.Every > 0:
-		return n%p.Every == 0
-	case p.Rate > 0:
+	switch p.Trigger.Kind {
+	case NthWrite, NthChange:
+		return n == p.Trigger.N
+	case EveryWrite:
+		return p.Trigger.N > 0 && n%p.Trigger.N == 0
+	case WriteRate:
 		h := fnv.New64a()
 		_, _ = fmt.Fprintf(h, "%s#%d", p.String(), n)
-		return float64(h.Sum64()%1_000_000) < p.Rate*1_000_000
+		return float64(h.Sum64()%1_000_000) < p.Trigger.Rate*1_000_000
 	}
 	return false
 }
@@ -113,7 +157,7 @@ func (p Point) Fires(n int) bool {
 // kind/name is one the point counts: a write trigger's, by Writer on Object. A change trigger counts no
 // write: Object's changes are counted in Writer's manager's watch (see Refuses for its fault modes).
 func (p Point) Counts(writer, kind, name string) bool {
-	if p.Change > 0 || !p.Names(writer) {
+	if p.Trigger.OnChange() || !p.Names(writer) {
 		return false
 	}
 	return p.Object == "" || p.Object == kind+"/"+name
@@ -122,7 +166,7 @@ func (p Point) Counts(writer, kind, name string) bool {
 // Refuses reports whether a fault point whose change trigger fired refuses a write by writer: any write of
 // Writer, on any object.
 func (p Point) Refuses(writer string) bool {
-	return p.Change > 0 && p.Mode.Fault() && p.Names(writer)
+	return p.Trigger.OnChange() && p.Mode.Fault() && p.Names(writer)
 }
 
 // Manager is the manager part of Writer ("multigres" of "multigres/multigres-shard").
@@ -175,16 +219,7 @@ func (p Point) String() string {
 	if p.Object != "" {
 		b.WriteString(":" + p.Object)
 	}
-	switch {
-	case p.Nth > 0:
-		b.WriteString("#" + strconv.Itoa(p.Nth))
-	case p.Every > 0:
-		b.WriteString("%" + strconv.Itoa(p.Every))
-	case p.Rate > 0:
-		b.WriteString("~" + strconv.FormatFloat(p.Rate, 'g', -1, 64))
-	case p.Change > 0:
-		b.WriteString("^" + strconv.Itoa(p.Change))
-	}
+	b.WriteString(p.Trigger.String())
 	if p.For > 0 {
 		b.WriteString("+" + strconv.Itoa(p.For))
 	}
@@ -194,10 +229,9 @@ func (p Point) String() string {
 // grammar is repeated in Parse's errors, so a typo is answered with the form to use.
 const grammar = "mode[(system[,latency])]@writer[:Kind/name](#n|%n|~rate|^n)[+for], e.g. conflict@multigres/multigres-shard#3"
 
-// Parse reads a point written as Point.String writes it. Errors: an unknown mode, a system on a mode that
-// takes none (or none on Down and Slow), a latency that is not a positive duration, an empty writer, an
-// object that is not Kind/name, no trigger or a malformed one (n and for are positive integers, rate in
-// (0, 1]), a change trigger without an object, For on a mode that is not held. Each error names the part and the form to use.
+// Parse reads a point written as Point.String writes it, then asks Validate. Errors: a point without '@'
+// or a trigger sign, a latency or count that is not a number, and Validate's; each names the part and the
+// form to use.
 func Parse(s string) (Point, error) {
 	fail := func(format string, args ...any) (Point, error) {
 		return Point{}, fmt.Errorf("perturb: point %q: %s (the form is %s)", s, fmt.Sprintf(format, args...), grammar)
@@ -209,9 +243,6 @@ func Parse(s string) (Point, error) {
 	var p Point
 	mode, args, hasArgs := strings.Cut(head, "(")
 	p.Mode = Mode(mode)
-	if !known(p.Mode) {
-		return fail("unknown mode %q: use one of %s", mode, modeList())
-	}
 	if hasArgs {
 		if !strings.HasSuffix(args, ")") {
 			return fail("the system's '(' is not closed")
@@ -225,30 +256,22 @@ func Parse(s string) (Point, error) {
 			}
 			p.Latency = d
 		}
-	}
-	switch {
-	case (p.Mode == Down || p.Mode == Slow) && p.System == "":
-		return fail("mode %s names the external system it acts on, as %s(pooler)", p.Mode, p.Mode)
-	case p.Mode != Down && p.Mode != Slow && hasArgs:
-		return fail("mode %s takes no system", p.Mode)
-	case p.Mode == Slow && p.Latency == 0:
-		return fail("mode slow needs a latency, as slow(%s,200ms)", p.System)
-	case p.Mode == Down && p.Latency != 0:
-		return fail("mode down takes no latency")
+		if p.System == "" {
+			return fail("the parentheses name no system")
+		}
 	}
 	i := strings.IndexAny(rest, "#%~^")
 	if i < 0 {
+		if err := p.validateMode(); err != nil {
+			return fail("%v", err)
+		}
 		return fail("no trigger: end the writer with #n (the n-th write), %%n (every n-th), ~rate or, after Kind/name, ^n (the object's n-th change)")
 	}
 	who, trig := rest[:i], rest[i:]
-	p.Writer, p.Object, _ = strings.Cut(who, ":")
-	if p.Writer == "" || strings.Count(p.Writer, "/") > 1 {
-		return fail("writer %q is not a manager or manager/controller", p.Writer)
-	}
-	if strings.Contains(who, ":") {
-		if k, n, ok := strings.Cut(p.Object, "/"); !ok || k == "" || n == "" || strings.Contains(n, "/") {
-			return fail("object %q is not Kind/name", p.Object)
-		}
+	var hasObject bool
+	p.Writer, p.Object, hasObject = strings.Cut(who, ":")
+	if hasObject && p.Object == "" {
+		return fail("object \"\" is not Kind/name")
 	}
 	trig, hold, hasFor := strings.Cut(trig, "+")
 	if hasFor {
@@ -256,36 +279,84 @@ func Parse(s string) (Point, error) {
 		if err != nil || n <= 0 {
 			return fail("+%s is not a positive count of writes", hold)
 		}
-		if !p.Mode.Held() {
-			return fail("+for applies to the held modes (stale, coalesce, down, slow), not %s", p.Mode)
-		}
 		p.For = n
 	}
-	switch trig[0] {
-	case '#', '%', '^':
-		n, err := strconv.Atoi(trig[1:])
-		if err != nil || n <= 0 {
-			return fail("trigger %q is not %c and a positive number", trig, trig[0])
-		}
-		switch trig[0] {
-		case '#':
-			p.Nth = n
-		case '%':
-			p.Every = n
-		default:
-			if p.Object == "" {
-				return fail("a change trigger ^%d counts the changes of one object: name it, as %s:Kind/name^%d", n, p.Writer, n)
-			}
-			p.Change = n
-		}
-	case '~':
+	p.Trigger.Kind = TriggerKind(trig[0])
+	if p.Trigger.Kind == WriteRate {
 		r, err := strconv.ParseFloat(trig[1:], 64)
-		if err != nil || r <= 0 || r > 1 {
+		if err != nil {
 			return fail("rate %q is not a fraction in (0, 1]", trig[1:])
 		}
-		p.Rate = r
+		p.Trigger.Rate = r
+	} else {
+		n, err := strconv.Atoi(trig[1:])
+		if err != nil {
+			return fail("trigger %q is not %c and a positive number", trig, trig[0])
+		}
+		p.Trigger.N = n
+	}
+	if err := p.Validate(); err != nil {
+		return fail("%v", err)
 	}
 	return p, nil
+}
+
+// Validate reports whether p can be carried out, the one check Parse and Case.Perturb share. Errors: an
+// unknown mode, a system on a mode that takes none (or none on Down and Slow), a latency on a mode other
+// than Slow (or none on it), an empty writer or one with more than one '/', an object that is not
+// Kind/name, no trigger or a count that is not positive (a rate outside (0, 1]), a change trigger without
+// an object, a negative For or For on a mode that is not held.
+func (p Point) Validate() error {
+	if err := p.validateMode(); err != nil {
+		return err
+	}
+	if p.Writer == "" || strings.Count(p.Writer, "/") > 1 {
+		return fmt.Errorf("writer %q is not a manager or manager/controller", p.Writer)
+	}
+	if p.Object != "" {
+		if k, n, ok := strings.Cut(p.Object, "/"); !ok || k == "" || n == "" || strings.Contains(n, "/") {
+			return fmt.Errorf("object %q is not Kind/name", p.Object)
+		}
+	}
+	switch t := p.Trigger; t.Kind {
+	case NthWrite, EveryWrite, NthChange:
+		if t.N <= 0 {
+			return fmt.Errorf("trigger %q is not %c and a positive number", t, rune(t.Kind))
+		}
+		if t.Kind == NthChange && p.Object == "" {
+			return fmt.Errorf("a change trigger ^%d counts the changes of one object: name it, as %s:Kind/name^%d", t.N, p.Writer, t.N)
+		}
+	case WriteRate:
+		if t.Rate <= 0 || t.Rate > 1 {
+			return fmt.Errorf("rate %v is not a fraction in (0, 1]", t.Rate)
+		}
+	default:
+		return errors.New("no trigger: set Trigger to Nth(n) (the n-th write), Every(n), Rate(r) or, with an Object, Change(n) (the object's n-th change)")
+	}
+	switch {
+	case p.For < 0:
+		return fmt.Errorf("+%d is not a positive count of writes", p.For)
+	case p.For > 0 && !p.Mode.Held():
+		return fmt.Errorf("+for applies to the held modes (stale, coalesce, down, slow), not %s", p.Mode)
+	}
+	return nil
+}
+
+// validateMode checks the mode and its system and latency (Validate's first part).
+func (p Point) validateMode() error {
+	switch {
+	case !known(p.Mode):
+		return fmt.Errorf("unknown mode %q: use one of %s", p.Mode, modeList())
+	case (p.Mode == Down || p.Mode == Slow) && p.System == "":
+		return fmt.Errorf("mode %s names the external system it acts on, as %s(pooler)", p.Mode, p.Mode)
+	case p.Mode != Down && p.Mode != Slow && (p.System != "" || p.Latency != 0):
+		return fmt.Errorf("mode %s takes no system or latency", p.Mode)
+	case p.Mode == Slow && p.Latency <= 0:
+		return fmt.Errorf("mode slow needs a latency, as slow(%s,200ms)", p.System)
+	case p.Mode == Down && p.Latency != 0:
+		return errors.New("mode down takes no latency")
+	}
+	return nil
 }
 
 // ParseList reads points separated by spaces or semicolons (ENSEMBLE_PERTURB's form). Errors: Parse's.

@@ -35,7 +35,7 @@ func TestParseReadsWhatStringWrites(t *testing.T) {
 		}
 	}
 	p, _ := Parse("slow(hakeeper,200ms)@matrixone:CNClaim/c-0%2+3")
-	want := Point{Mode: Slow, System: "hakeeper", Latency: 200 * time.Millisecond, Writer: "matrixone", Object: "CNClaim/c-0", Every: 2, For: 3}
+	want := Point{Mode: Slow, System: "hakeeper", Latency: 200 * time.Millisecond, Writer: "matrixone", Object: "CNClaim/c-0", Trigger: Every(2), For: 3}
 	if p != want {
 		t.Errorf("Parse = %+v, want %+v", p, want)
 	}
@@ -68,10 +68,62 @@ func TestParseNamesWhatIsWrong(t *testing.T) {
 	}
 }
 
+// A point reports and reruns as the trigger it fires on: its string parses back to a point that fires on
+// the same counts. (With one field per trigger, a literal could set two, and Fires and String ranked them
+// differently.)
+func TestAPointReportsTheTriggerItFiresOn(t *testing.T) {
+	for _, tr := range []Trigger{Nth(1), Nth(4), Every(2), Every(3), Rate(0.3), Change(1), Change(3)} {
+		p := Point{Mode: Stale, Writer: "m", Object: "Pod/p", Trigger: tr, For: 2}
+		q, err := Parse(p.String())
+		if err != nil {
+			t.Fatalf("%s: %v", p, err)
+		}
+		if q != p {
+			t.Errorf("Parse(%q) = %+v, want %+v", p, q, p)
+		}
+		for n := 1; n <= 50; n++ {
+			if p.Fires(n) != q.Fires(n) {
+				t.Errorf("%s fires on count %d: %v, the point its string reruns: %v", p, n, p.Fires(n), q.Fires(n))
+			}
+		}
+	}
+}
+
+// Validate is the check Parse and Case.Perturb share: a literal is refused as its string would be.
+func TestValidateRefusesWhatParseRefuses(t *testing.T) {
+	for _, c := range []struct {
+		p    Point
+		want string
+		// unwritten is set where String cannot write what is wrong (a latency without a system, a
+		// negative For), so Parse is not asked.
+		unwritten bool
+	}{
+		{Point{Mode: Conflict, Writer: "m"}, "no trigger", false},
+		{Point{Mode: Conflict, Writer: "m", Trigger: Nth(0)}, "positive number", false},
+		{Point{Mode: Conflict, Writer: "m", Trigger: Change(1)}, "name it", false},
+		{Point{Mode: Conflict, Writer: "m", Trigger: Rate(2)}, "fraction in (0, 1]", false},
+		{Point{Mode: Conflict, Writer: "m", Trigger: Trigger{Kind: 'x', N: 1}}, "no trigger", false},
+		{Point{Mode: Slow, System: "s", Writer: "m", Trigger: Nth(1)}, "needs a latency", false},
+		{Point{Mode: Conflict, Latency: time.Second, Writer: "m", Trigger: Nth(1)}, "takes no system", true},
+		{Point{Mode: Conflict, Writer: "m", Trigger: Nth(1), For: 2}, "held modes", false},
+		{Point{Mode: Stale, Writer: "m", Trigger: Nth(1), For: -1}, "positive count", true},
+		{Point{Mode: "boom", Writer: "m", Trigger: Nth(1)}, "unknown mode", false},
+		{Point{Mode: Conflict, Writer: "m", Object: "Pod", Trigger: Nth(1)}, "not Kind/name", false},
+	} {
+		err := c.p.Validate()
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%+v: Validate() = %v, want %q", c.p, err, c.want)
+		}
+		if _, perr := Parse(c.p.String()); perr == nil && !c.unwritten {
+			t.Errorf("%+v: Validate refuses it, Parse(%q) accepts it", c.p, c.p.String())
+		}
+	}
+}
+
 func TestFiresAndCounts(t *testing.T) {
-	nth := Point{Mode: Conflict, Writer: "m/c", Nth: 3}
-	every := Point{Mode: Conflict, Writer: "m", Every: 2}
-	rate := Point{Mode: Conflict, Writer: "m", Rate: 0.3}
+	nth := Point{Mode: Conflict, Writer: "m/c", Trigger: Nth(3)}
+	every := Point{Mode: Conflict, Writer: "m", Trigger: Every(2)}
+	rate := Point{Mode: Conflict, Writer: "m", Trigger: Rate(0.3)}
 	var fired []int
 	hits := 0
 	for n := 1; n <= 1000; n++ {
@@ -100,11 +152,11 @@ func TestFiresAndCounts(t *testing.T) {
 	if !every.Counts("m/c", "Shard", "a") || !every.Counts("m", "Shard", "a") || every.Counts("mx/c", "Shard", "a") {
 		t.Error("writer m counts every write of manager m")
 	}
-	obj := Point{Mode: Conflict, Writer: "m", Object: "Shard/a", Nth: 1}
+	obj := Point{Mode: Conflict, Writer: "m", Object: "Shard/a", Trigger: Nth(1)}
 	if !obj.Counts("m/c", "Shard", "a") || obj.Counts("m/c", "Shard", "b") {
 		t.Error("an object narrows the counted writes to it")
 	}
-	change := Point{Mode: Conflict, Writer: "m/c", Object: "Pod/p", Change: 2}
+	change := Point{Mode: Conflict, Writer: "m/c", Object: "Pod/p", Trigger: Change(2)}
 	if change.Counts("m/c", "Pod", "p") {
 		t.Error("a change trigger counts no write")
 	}
@@ -122,7 +174,7 @@ func TestErrorIsTheAPIServersKind(t *testing.T) {
 		Conflict: apierrors.IsConflict, Throttle: apierrors.IsTooManyRequests,
 		Internal: apierrors.IsInternalError, Timeout: apierrors.IsTimeout,
 	} {
-		err := Point{Mode: m, Writer: "m", Nth: 1}.Error(gr, "a")
+		err := Point{Mode: m, Writer: "m", Trigger: Nth(1)}.Error(gr, "a")
 		if !is(err) || !strings.Contains(err.Error(), "injected by point "+string(m)+"@m#1") {
 			t.Errorf("%s: %v", m, err)
 		}

@@ -90,13 +90,18 @@ type SpecPoint struct {
 	Spec  string
 	Point perturb.Point
 	// Writes is how many writes the point's writer made on its object in the unperturbed run (the largest
-	// Nth the enumeration made for the pair), or for a change trigger how many changes its object had (the
-	// largest Change); 0 for a point given with -points.
+	// perturb.Nth the enumeration made for the pair), or for a change trigger how many changes its object had
+	// (the largest perturb.Change); 0 for a point given with -points.
 	Writes int
 }
 
-// trigger is p's count: its Nth write or its Change-th change (0 for the other triggers).
-func trigger(p perturb.Point) int { return max(p.Nth, p.Change) }
+// trigger is p's count: its n-th write or its n-th change (0 for the other triggers).
+func trigger(p perturb.Point) int {
+	if k := p.Trigger.Kind; k == perturb.NthWrite || k == perturb.NthChange {
+		return p.Trigger.N
+	}
+	return 0
+}
 
 // Enumeration is every point the unperturbed records allow, in enumeration order: specs by name, writers and
 // their objects in the order of their first write, then modes in -modes' order (down and slow once per
@@ -153,7 +158,7 @@ func enumerate(records, second []perturb.Record, modes []perturb.Mode) Enumerati
 				if p.writer != w {
 					continue
 				}
-				probe := perturb.Point{Mode: perturb.Conflict, Writer: p.writer, Object: p.object, Nth: 1}
+				probe := perturb.Point{Mode: perturb.Conflict, Writer: p.writer, Object: p.object, Trigger: perturb.Nth(1)}
 				if _, err := perturb.Parse(probe.String()); err != nil {
 					e.Unparsable = append(e.Unparsable, fmt.Sprintf("%s: %s on %s", spec, p.writer, p.object))
 					continue
@@ -169,7 +174,7 @@ func enumerate(records, second []perturb.Record, modes []perturb.Mode) Enumerati
 				for _, m := range modes {
 					for _, sys := range systems(m, externals) {
 						for k := 1; k <= p.n; k++ {
-							pt := perturb.Point{Mode: m, System: sys, Writer: p.writer, Object: p.object, Nth: k}
+							pt := perturb.Point{Mode: m, System: sys, Writer: p.writer, Object: p.object, Trigger: perturb.Nth(k)}
 							if m == perturb.Slow {
 								pt.Latency = slowLatency
 							}
@@ -234,14 +239,14 @@ func (e *Enumeration) changePoints(spec string, records, second []perturb.Record
 				if m != perturb.Restart && m != perturb.Stale && m != perturb.Coalesce {
 					continue
 				}
-				probe := perturb.Point{Mode: m, Writer: mgr, Object: obj, Change: 1}
+				probe := perturb.Point{Mode: m, Writer: mgr, Object: obj, Trigger: perturb.Change(1)}
 				if _, err := perturb.Parse(probe.String()); err != nil {
 					e.Unparsable = append(e.Unparsable, fmt.Sprintf("%s: %s on the changes of %s", spec, mgr, obj))
 					continue
 				}
 				for j := 1; j <= k; j++ {
 					pt := probe
-					pt.Change = j
+					pt.Trigger = perturb.Change(j)
 					e.Points = append(e.Points, SpecPoint{Spec: spec, Point: pt, Writes: k})
 				}
 			}
@@ -331,7 +336,7 @@ func modeKey(p perturb.Point) string {
 	if p.System != "" {
 		k += "(" + p.System + ")"
 	}
-	if p.Change > 0 {
+	if p.Trigger.OnChange() {
 		k += "^"
 	}
 	return k

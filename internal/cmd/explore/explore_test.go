@@ -481,7 +481,7 @@ func TestEnumerateChangeTriggers(t *testing.T) {
 			t.Errorf("%s does not read back: %+v, %v", sp.Point, back, err)
 		}
 	}
-	if modeKey(perturb.Point{Mode: perturb.Stale, Change: 1}) == modeKey(perturb.Point{Mode: perturb.Stale, Nth: 1}) {
+	if modeKey(perturb.Point{Mode: perturb.Stale, Trigger: perturb.Change(1)}) == modeKey(perturb.Point{Mode: perturb.Stale, Trigger: perturb.Nth(1)}) {
 		t.Error("the sampler must spread a mode on changes apart from the same mode on writes")
 	}
 }
