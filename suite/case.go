@@ -249,15 +249,12 @@ func (c *Case) cleanup() {
 		c.mark(first)
 		failures = append(failures, e)
 	}
-	failures = append(failures, c.runOracles()...)
-	// A case outside a spec (a suite node's, whose test has no name) is no spec's end state to compare.
-	if (c.s.exploreDir != "" || len(c.s.baselines) > 0) && c.t.Name() != "" {
-		end := c.endState()
-		failures = append(failures, c.differentialErrors(end)...)
-		if c.s.exploreDir != "" {
-			if err := c.writeRecord(points, firedAt, end, failures); err != nil {
-				failures = append(failures, "suite: ENSEMBLE_EXPLORE: writing the case's record: "+err.Error())
-			}
+	j := &judgement{}
+	failures = append(failures, c.runOracles(j)...)
+	// A case outside a spec (a suite node's, whose test has no name) is no spec's run to record.
+	if c.s.exploreDir != "" && c.t.Name() != "" {
+		if err := c.writeRecord(points, firedAt, j.endState(c), failures); err != nil {
+			failures = append(failures, "suite: ENSEMBLE_EXPLORE: writing the case's record: "+err.Error())
 		}
 	}
 	dumped := c.t.Failed() || len(failures) > 0

@@ -4,11 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
-	"k8s.io/apimachinery/pkg/types"
+	"github.com/ensembletest/ensemble/suite/perturb"
 )
 
 // Oracle names one of the checks every Case runs without being asked (docs/architecture.md, "Oracles").
@@ -42,31 +43,58 @@ const (
 	Differential Oracle = "differential"
 )
 
-// The hot-loop threshold: an object written at least hotLoopPerSlice times in each of hotLoopSlices
-// consecutive slices of hotLoopSlice, that is at 10 writes/s or more for 1.5 s. Sustained, so that the burst
-// of writes a healthy object takes while it comes up (up to 30 within a second, measured) is not a loop; a
-// 10 writes/s loop crosses it about 1.5 s after it starts.
-const (
-	hotLoopSlice    = 500 * time.Millisecond
-	hotLoopSlices   = 3
-	hotLoopPerSlice = 5
-)
-
 // The convergence bound: quiet for convergenceWindow within convergenceTimeout.
 const (
 	convergenceWindow  = 250 * time.Millisecond
 	convergenceTimeout = 10 * time.Second
 )
 
-var oracles = []Oracle{HotLoop, SharedFields, Convergence, Differential}
+// oracleSpec is one oracle as oracleTable registers it.
+type oracleSpec struct {
+	// name is the oracle; ident is the Go name a spec writes after "suite."; forbids says, in a phrase, what
+	// the oracle fails a case for (OptOut's error lists it).
+	name           Oracle
+	ident, forbids string
+	// check returns the oracle's failures at the case's end, each a message that names the oracle, and
+	// marks them on the case's timeline.
+	check func(c *Case, j *judgement) []string
+}
+
+// oracleTable registers every oracle once, in the order a case's end runs them. An oracle is its constant
+// above, its row here and its check: nothing else names it.
+var oracleTable = []oracleSpec{
+	{HotLoop, "HotLoop", "an object's writers answering each other's writes at 10/s or more for 1.5 s", (*Case).hotLoopErrors},
+	{SharedFields, "SharedFields", "a field owned by two field managers at the case's end", (*Case).sharedFieldErrors},
+	{Convergence, "Convergence", "a namespace still changing 10 s after the spec's end", (*Case).convergenceErrors},
+	{Differential, "Differential", "an end state other than the unperturbed runs' (ENSEMBLE_BASELINE)", (*Case).differentialErrors},
+}
+
+// judgement is what the oracles of one case's end share: their failures so far, and the case's end state,
+// read once when an oracle or the case's explore record needs it.
+type judgement struct {
+	failures []string
+	end      map[string]map[string]string
+}
+
+// endState is the case's end state (Case.endState), read on first use.
+func (j *judgement) endState(c *Case) map[string]map[string]string {
+	if j.end == nil {
+		j.end = c.endState()
+	}
+	return j.end
+}
 
 // OptOut turns the oracle o off for this case. reason (required) says why the spec's operator may do what
 // the oracle forbids, e.g. that a live defect pinned by the spec keeps the namespace busy; it is shown in the
 // spec's report. An unknown oracle or an empty reason fails the test.
 func (c *Case) OptOut(o Oracle, reason string) {
 	c.t.Helper()
-	if !knownOracle(o) {
-		c.fatalf("suite: OptOut(%q): no such oracle: use suite.HotLoop, suite.SharedFields, suite.Convergence or suite.Differential", o)
+	if !slices.ContainsFunc(oracleTable, func(s oracleSpec) bool { return s.name == o }) {
+		var use []string
+		for _, s := range oracleTable {
+			use = append(use, fmt.Sprintf("suite.%s (%s: %s)", s.ident, s.name, s.forbids))
+		}
+		c.fatalf("suite: OptOut(%q): no such oracle: use one of %s", o, strings.Join(use, ", "))
 		return
 	}
 	if strings.TrimSpace(reason) == "" {
@@ -105,15 +133,6 @@ func (c *Case) AllowSharedField(kind, name, path, reason string) {
 	c.report("shared field allowed", fmt.Sprintf("%s/%s %s: %s", kind, name, path, reason))
 }
 
-func knownOracle(o Oracle) bool {
-	for _, k := range oracles {
-		if k == o {
-			return true
-		}
-	}
-	return false
-}
-
 // report adds a report entry shown without -v (Ginkgo), or logs it.
 func (c *Case) report(name, msg string) {
 	if r, ok := c.t.(reporter); ok {
@@ -130,63 +149,20 @@ func (c *Case) optedOut(o Oracle) bool {
 	return ok
 }
 
-// runOracles runs the oracles the spec did not opt out of and returns their failures. Convergence runs
-// only while the spec has not failed otherwise: its wait would only delay the report of the first failure.
-func (c *Case) runOracles() []string {
-	var out []string
-	if !c.optedOut(HotLoop) {
-		out = append(out, c.hotLoopErrors()...)
-	}
-	if !c.optedOut(SharedFields) {
-		shared := c.sharedFieldErrors()
-		if len(shared) > 0 {
-			c.mark(fmt.Sprintf("oracle %s: %d fields owned by two field managers", SharedFields, len(shared)))
-		}
-		out = append(out, shared...)
-	}
-	if !c.optedOut(Convergence) && !c.t.Failed() && len(out) == 0 {
-		if err := c.converged(); err != nil {
-			first, _, _ := strings.Cut(err.Error(), "\n")
-			c.mark(first)
-			out = append(out, err.Error())
+// runOracles runs, in oracleTable's order, the oracles the spec did not opt out of, and returns their
+// failures.
+func (c *Case) runOracles(j *judgement) []string {
+	for _, o := range oracleTable {
+		if !c.optedOut(o.name) {
+			j.failures = append(j.failures, o.check(c, j)...)
 		}
 	}
-	return out
-}
-
-// hotLoopErrors renders each object of the case's namespace that crossed the hot-loop threshold.
-func (c *Case) hotLoopErrors() []string {
-	var out []string
-	for _, h := range c.s.rec.hotLoopsIn(c.Namespace, c.Started) {
-		c.markAt(h.At, fmt.Sprintf("oracle %s: %s/%s", HotLoop, h.Kind, h.Name))
-		out = append(out, h.String()+c.fieldsWritten(h))
-	}
-	return out
-}
-
-// fieldsWritten names the fields the hot loop's writes changed, most often changed first.
-func (c *Case) fieldsWritten(h hotLoop) string {
-	byRV := map[string]bool{}
-	for _, w := range h.writes {
-		byRV[w.ResourceVersion] = true
-	}
-	fields := map[string]int{}
-	for _, ch := range c.s.stream.changes(c.Namespace, ChangeFilter{Kind: h.Kind, Name: h.Name, Since: h.First}) {
-		if byRV[ch.ResourceVersion] {
-			for _, f := range ch.Fields {
-				fields[f.Path+": "+f.Old+" -> "+f.New]++
-			}
-		}
-	}
-	if len(fields) == 0 {
-		return "; the writes changed no field the stream compares (timestamps, resourceVersion and managedFields are set aside)"
-	}
-	return "; fields changed (times):\n" + indent(topN(fields, 6))
+	return j.failures
 }
 
 // sharedFieldErrors renders each leaf field of a case object owned by two field managers that the spec did
 // not declare.
-func (c *Case) sharedFieldErrors() []string {
+func (c *Case) sharedFieldErrors(*judgement) []string {
 	c.mu.Lock()
 	allowed := c.sharedOK
 	c.mu.Unlock()
@@ -210,7 +186,25 @@ func (c *Case) sharedFieldErrors() []string {
 			out = append(out, fmt.Sprintf("oracle %s: %s/%s field %s is owned by field managers %s (declare it with AllowSharedField if both may own it)", SharedFields, kind, o.GetName(), p, strings.Join(shared[p], " and ")))
 		}
 	}
+	if len(out) > 0 {
+		c.mark(fmt.Sprintf("oracle %s: %d fields owned by two field managers", SharedFields, len(out)))
+	}
 	return out
+}
+
+// convergenceErrors waits for the namespace to go quiet and checks that some controller reconciled in it.
+// It runs only while the spec has not failed otherwise: its wait would only delay the report of the first
+// failure.
+func (c *Case) convergenceErrors(j *judgement) []string {
+	if c.t.Failed() || len(j.failures) > 0 {
+		return nil
+	}
+	if err := c.converged(); err != nil {
+		first, _, _ := strings.Cut(err.Error(), "\n")
+		c.mark(first)
+		return []string{err.Error()}
+	}
+	return nil
 }
 
 // converged waits for the namespace to go quiet and checks that some controller reconciled in it.
@@ -227,153 +221,108 @@ func (c *Case) converged() error {
 	return nil
 }
 
-// hotLoop is the moment one object crossed the hot-loop threshold.
-type hotLoop struct {
-	Namespace, Kind, Name string
-	// First and At are the first write in the window and the write that crossed the threshold.
-	First, At time.Time
-	// N is the number of writes in the window; Writers counts them by writer and verb.
-	N       int
-	Writers map[string]int
-	writes  []Write
-}
-
-func (h hotLoop) String() string {
-	var w []string
-	for k, n := range h.Writers {
-		w = append(w, fmt.Sprintf("%s %d", k, n))
+// endState reads the case's objects (the watched kinds) as the differential oracle compares them: "Kind/name"
+// to flattened leaf fields, the namespace written as "<namespace>", objects made with generateName keyed
+// "Kind/<generateName>*<i>" in the order of their content (their random suffixes differ from run to run).
+func (c *Case) endState() map[string]map[string]string {
+	out := map[string]map[string]string{}
+	generated := map[string][]map[string]string{}
+	for _, o := range c.leftovers() {
+		fields := map[string]string{}
+		for path, v := range flatten(o) {
+			fields[path] = strings.ReplaceAll(v, c.Namespace, "<namespace>")
+		}
+		kind := o.GetObjectKind().GroupVersionKind().Kind
+		if g := o.GetGenerateName(); g != "" {
+			generated[kind+"/"+g+"*"] = append(generated[kind+"/"+g+"*"], fields)
+			continue
+		}
+		out[kind+"/"+o.GetName()] = fields
 	}
-	sort.Strings(w)
-	return fmt.Sprintf("oracle %s: %s/%s was written %d times within %s, at 10/s or more throughout (%s to %s): %s", HotLoop, h.Kind, h.Name, h.N,
-		h.At.Sub(h.First).Round(time.Millisecond), h.First.Format("15:04:05.000"), h.At.Format("15:04:05.000"), strings.Join(w, ", "))
+	for key, objs := range generated {
+		sort.Slice(objs, func(i, j int) bool { return contentKey(objs[i]) < contentKey(objs[j]) })
+		for i, f := range objs {
+			out[fmt.Sprintf("%s%d", key, i)] = f
+		}
+	}
+	return out
 }
 
-// hotLoops keeps, per object incarnation (kind, namespace, name and uid), the writes of the last 1.5 s and
-// the first crossing of the threshold. Guarded by the recorder's lock.
-type hotLoops struct {
-	// uid is the uid of each name's latest incarnation (kind/namespace/name), which a write that names no
-	// uid (a create the API server refused, an apply) is counted against.
-	uid map[string]types.UID
-	// rv is each object's resourceVersion after its latest recorded write.
-	rv map[string]string
-	// nsSeq counts the writes that changed an object, per namespace, and nsLog keeps the last 1.5 s of
-	// them; lastSeq is the count after each object's latest write.
-	nsSeq   map[string]int64
-	nsLog   map[string][]nsWrite
-	lastSeq map[string]int64
-	// writers holds every writer of each object.
-	writers map[string]map[string]bool
-	recent  map[string][]Write
-	tripped map[string]hotLoop
+// contentKey renders fields without the volatile ones and the name, to order generated objects by content.
+func contentKey(fields map[string]string) string {
+	var parts []string
+	for p, v := range fields {
+		if !perturb.Volatile(p) {
+			parts = append(parts, p+"="+v)
+		}
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, "\n")
 }
 
-func newHotLoops() *hotLoops {
-	return &hotLoops{uid: map[string]types.UID{}, rv: map[string]string{}, nsSeq: map[string]int64{}, nsLog: map[string][]nsWrite{}, lastSeq: map[string]int64{}, writers: map[string]map[string]bool{}, recent: map[string][]Write{}, tripped: map[string]hotLoop{}}
+// differentialErrors compares the case's end state with the unperturbed runs' of the same spec
+// (ENSEMBLE_BASELINE) and renders the differences; none without a baseline for the spec (a case outside a
+// spec, a suite node's, has none), and none (with a report entry) for a case that opted out of Convergence,
+// whose end state is not a settled one.
+func (c *Case) differentialErrors(j *judgement) []string {
+	base := c.s.baselines[c.t.Name()]
+	if len(base) == 0 || c.t.Name() == "" {
+		return nil
+	}
+	if c.optedOut(Convergence) {
+		// A case that need not settle has no end state to compare: what it holds depends on when the spec
+		// ended, perturbed or not.
+		c.report("differential", "not judged: the case opted out of "+string(Convergence)+", so its end state is not a settled one")
+		return nil
+	}
+	var diff []string
+	for _, d := range perturb.Diff(base, j.endState(c)) {
+		if !c.differenceAllowed(d) {
+			diff = append(diff, d)
+		}
+	}
+	if len(diff) == 0 {
+		return nil
+	}
+	msg := fmt.Sprintf("oracle %s: the end state differs from the unperturbed run's in %d fields:\n%s", Differential, len(diff), indent(diff))
+	first, _, _ := strings.Cut(msg, "\n")
+	c.mark(first)
+	return []string{msg}
 }
 
-// observe adds a write and notes the first time its object crosses the threshold.
-func (h *hotLoops) observe(w Write) {
-	if w.Name == "" {
+// AllowDifference declares that the field path (or any field under it, as the event stream names fields, e.g.
+// "status.podRoles") of the object kind/name may end differently under a perturbation: the spec's operator
+// decides it by timing (which pod an election picks, say), so the unperturbed runs agreeing on it says
+// nothing. The Differential oracle does not compare it; reason is shown in the spec's report when the oracle
+// runs (ENSEMBLE_BASELINE). Without a
+// kind, name, path or reason, or with a malformed path, the test fails.
+func (c *Case) AllowDifference(kind, name, path, reason string) {
+	c.t.Helper()
+	if kind == "" || name == "" || path == "" || strings.TrimSpace(reason) == "" {
+		c.fatalf("suite: AllowDifference(%q, %q, %q, %q): give the object's kind and name, the field path and why its end value may differ", kind, name, path, reason)
 		return
 	}
-	id := h.incarnation(w)
-	if w.Err == nil && w.ResourceVersion != "" {
-		if h.rv[id] == w.ResourceVersion {
-			return // a no-op: the object did not change, so no watch event can answer it
-		}
-		h.rv[id] = w.ResourceVersion
-	}
-	// An object of the namespace changed since this object's previous write by a writer that does not
-	// write this object: the object is carried along by a progression (pods coming up, claims binding), not
-	// answering its own writers.
-	if h.interrupted(id, w) {
-		h.recent[id] = nil
-	}
-	if w.Err == nil {
-		h.nsSeq[w.Namespace]++
-		log := append(h.nsLog[w.Namespace], nsWrite{seq: h.nsSeq[w.Namespace], id: id, writer: w.writer(), at: w.Time})
-		i := 0
-		for i < len(log) && w.Time.Sub(log[i].at) >= hotLoopSlice*hotLoopSlices {
-			i++
-		}
-		h.nsLog[w.Namespace] = log[i:]
-	}
-	h.lastSeq[id] = h.nsSeq[w.Namespace]
-	span := hotLoopSlice * hotLoopSlices
-	ws := append(h.recent[id], w)
-	i := 0
-	for i < len(ws) && w.Time.Sub(ws[i].Time) >= span {
-		i++
-	}
-	ws = ws[i:]
-	h.recent[id] = ws
-	if _, done := h.tripped[id]; done || len(ws) < hotLoopPerSlice*hotLoopSlices {
+	if err := checkFieldPath(path); err != nil {
+		c.fatalf("suite: AllowDifference(%q, %q, %q, ...): %v", kind, name, path, err)
 		return
 	}
-	var per [hotLoopSlices]int
-	for _, x := range ws {
-		per[w.Time.Sub(x.Time)/hotLoopSlice]++
+	c.mu.Lock()
+	c.differOK = append(c.differOK, kind+"/"+name+" "+path)
+	c.mu.Unlock()
+	if len(c.s.baselines) > 0 {
+		c.report("difference allowed", fmt.Sprintf("%s/%s %s: %s", kind, name, path, reason))
 	}
-	for _, n := range per {
-		if n < hotLoopPerSlice {
-			return
-		}
-	}
-	writers := map[string]int{}
-	for _, x := range ws {
-		writers[x.writer()+" "+string(x.Verb)]++
-	}
-	h.tripped[id] = hotLoop{Namespace: w.Namespace, Kind: w.Kind, Name: w.Name, First: ws[0].Time, At: w.Time, N: len(ws), Writers: writers, writes: append([]Write(nil), ws...)}
 }
 
-// incarnation names the object incarnation w wrote: "kind/namespace/name uid". A write that names no uid
-// is counted against the name's latest incarnation; one that succeeded with a new uid makes it the latest.
-func (h *hotLoops) incarnation(w Write) string {
-	name := w.Kind + "/" + w.Namespace + "/" + w.Name
-	uid := w.UID
-	switch {
-	case uid == "":
-		uid = h.uid[name]
-	case w.Err == nil:
-		h.uid[name] = uid
-	}
-	return name + " " + string(uid)
-}
-
-// nsWrite is a write that changed an object, in its namespace's order.
-type nsWrite struct {
-	seq        int64
-	id, writer string
-	at         time.Time
-}
-
-// interrupted reports whether, since object id's previous write, another object of w's namespace was
-// changed by a writer that never wrote id.
-func (h *hotLoops) interrupted(id string, w Write) bool {
-	writers := h.writers[id]
-	if writers == nil {
-		writers = map[string]bool{}
-		h.writers[id] = writers
-	}
-	writers[w.writer()] = true
-	for _, x := range h.nsLog[w.Namespace] {
-		if x.seq > h.lastSeq[id] && x.id != id && !writers[x.writer] {
+// differenceAllowed reports whether a line of perturb.Diff ("Kind/name path: ...") is under a field the spec
+// declared with AllowDifference.
+func (c *Case) differenceAllowed(line string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, ok := range c.differOK {
+		if strings.HasPrefix(line, ok+":") || strings.HasPrefix(line, ok+".") || strings.HasPrefix(line, ok+"[") {
 			return true
 		}
 	}
 	return false
-}
-
-// hotLoopsIn returns the crossings in namespace ns at or after since, earliest first.
-func (r *recorder) hotLoopsIn(ns string, since time.Time) []hotLoop {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var out []hotLoop
-	for _, h := range r.hot.tripped {
-		if h.Namespace == ns && !h.At.Before(since) {
-			out = append(out, h)
-		}
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].At.Before(out[j].At) })
-	return out
 }

@@ -2,11 +2,13 @@ package suite
 
 import (
 	"errors"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/ensembletest/ensemble/internal/recordtb"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -105,5 +107,27 @@ func TestHotLoopThreshold(t *testing.T) {
 	}
 	if h := hotLoopsOf(every(110*time.Millisecond, 100)); len(h) != 0 {
 		t.Fatalf("about 9 writes/s for 11 s: crossings %v, want none", h)
+	}
+}
+
+// TestEveryOracleIsDocumented: each oracle oracleTable registers has its entry in docs/architecture.md's
+// Oracles section, named as a spec writes it, and OptOut's error for an unknown oracle offers it.
+func TestEveryOracleIsDocumented(t *testing.T) {
+	b, err := os.ReadFile("../docs/architecture.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, _ := strings.Cut(string(b), "\n### Oracles\n")
+	section, _, _ = strings.Cut(section, "\n### ")
+	p := &recordtb.TB{}
+	c := &Case{t: p}
+	c.OptOut("no-such-oracle", "a test")
+	for _, o := range oracleTable {
+		if !strings.Contains(section, "(`suite."+o.ident+"`)") {
+			t.Errorf("oracle %s: docs/architecture.md's Oracles section has no entry naming (`suite.%s`)", o.name, o.ident)
+		}
+		if !strings.Contains(strings.Join(p.Fatals(), "\n"), "suite."+o.ident+" ("+string(o.name)+": ") {
+			t.Errorf("oracle %s: OptOut's error for an unknown oracle does not offer it: %q", o.name, p.Fatals())
+		}
 	}
 }
