@@ -92,31 +92,19 @@ func deletionStart(changes []suite.Change) int64 {
 // the object's Deleted change).
 type span struct{ from, to int64 }
 
-var finalizerPath = regexp.MustCompile(`^metadata\.finalizers\[(\d+)\]$`)
-
 // finalizerSpans replays an object's changes (all of them, from its Added change, ordered by
 // resourceVersion) into its finalizer list and returns the spans during which it held finalizer.
 func finalizerSpans(changes []suite.Change, finalizer string) []span {
 	GinkgoHelper()
-	list := map[int]string{}
+	// A finalizer is a set element: its path is metadata.finalizers[<finalizer>] (see suite's field paths).
+	path := "metadata.finalizers[" + finalizer + "]"
 	var out []span
-	holding := false
+	holding, has := false, false
 	for _, ch := range changes {
 		for _, f := range ch.Fields {
-			m := finalizerPath.FindStringSubmatch(f.Path)
-			if m == nil {
-				continue
+			if f.Path == path {
+				has = f.New != "<absent>"
 			}
-			i, _ := strconv.Atoi(m[1])
-			if f.New == "<absent>" {
-				delete(list, i)
-			} else {
-				list[i] = f.New
-			}
-		}
-		has := false
-		for _, v := range list {
-			has = has || v == finalizer
 		}
 		if ch.Type == suite.Deleted {
 			has = false
@@ -263,7 +251,7 @@ func orphanDeletionSpec(ctx SpecContext) {
 			Expect(ch.Type).NotTo(Equal(suite.Deleted), "orphaned pod %s was deleted", ch.Name)
 			for _, f := range ch.Fields {
 				Expect(f.Path).NotTo(Equal("metadata.deletionTimestamp"), "orphaned pod %s was deleted: %s", ch.Name, ch)
-				if f.Path == "metadata.ownerReferences[name="+dn.Name+"].uid" && f.New == "<absent>" {
+				if f.Path == "metadata.ownerReferences[uid="+string(dn.UID)+"].uid" && f.New == "<absent>" {
 					unowned[ch.Name] = rv(ch)
 				}
 			}
@@ -278,7 +266,7 @@ func orphanDeletionSpec(ctx SpecContext) {
 	cmFate := "kept"
 	for _, ch := range c.Changes(suite.ChangeFilter{Kind: "ConfigMap", Name: cmName, Since: deleted}) {
 		for _, f := range ch.Fields {
-			if f.Path == "metadata.ownerReferences[name="+dn.Name+"].uid" && f.New == "<absent>" {
+			if f.Path == "metadata.ownerReferences[uid="+string(dn.UID)+"].uid" && f.New == "<absent>" {
 				cmFate = fmt.Sprintf("orphaned at rv %d", rv(ch))
 			}
 		}

@@ -53,11 +53,10 @@ type Case struct {
 	invariants []*invariant
 	scripts    []*Script
 	optOuts    map[Oracle]string
-	sharedOK   map[string]bool
-	// differOK are the "Kind/name path" prefixes AllowDifference declared.
-	differOK []string
-	admitted bool
-	after    []func()
+	// sharedOK and differOK are the fields AllowSharedField and AllowDifference declared.
+	sharedOK, differOK []fieldAllowance
+	admitted           bool
+	after              []func()
 	// marks are the failures noted for the case's timeline (see mark).
 	marks []mark
 }

@@ -1,8 +1,13 @@
 package suite
 
 import (
+	"maps"
+	"slices"
 	"strings"
 	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/ensembletest/ensemble/internal/recordtb"
 )
@@ -48,7 +53,8 @@ func TestFieldPathsRejectMalformed(t *testing.T) {
 	}
 	t.Log(p.Fatals()[0])
 	p, c = declare(func(c *Case) { c.AllowSharedField("ConfigMap", "shared", "data.k", "on purpose") })
-	if p.Failed() || !c.sharedOK["ConfigMap/shared data.k"] {
+	if p.Failed() || !c.fieldAllowed(c.sharedOK, "ConfigMap", "shared", "data.k") || !c.fieldAllowed(c.sharedOK, "ConfigMap", "shared", "data.k.x") ||
+		c.fieldAllowed(c.sharedOK, "ConfigMap", "shared", "data.kk") || c.fieldAllowed(c.sharedOK, "ConfigMap", "other", "data.k") {
 		t.Fatalf("AllowSharedField of a good path: fatals %q, declared %v", p.Fatals(), c.sharedOK)
 	}
 	p, c = declare(func(c *Case) { c.AllowDifference("Shard", "s", "status.podRoles[", "timing") })
@@ -58,5 +64,48 @@ func TestFieldPathsRejectMalformed(t *testing.T) {
 	if _, _, err := flattenPermits([]Permit{Permits(Modified, "ConfigMap", "a", "data.seen", "data..x")}); err == nil ||
 		!strings.Contains(err.Error(), `"data..x"`) || !strings.Contains(err.Error(), fieldPathGrammar) {
 		t.Fatalf("Permits with a malformed path: %v, want the path and the form named", err)
+	}
+}
+
+// TestOwnershipAndChangesShareOneDialect: the paths OwnershipOf reads from managedFields and the paths
+// flatten (Change.Fields, FieldWriters, the Differential oracle) renders from the object agree, for a
+// multi-key list (container ports, keyed by containerPort and protocol), a set of scalars (finalizers), a
+// single-key list (containers, conditions) and an atomic list (args): every field Ownership names is a
+// field flatten renders or one above it.
+func TestOwnershipAndChangesShareOneDialect(t *testing.T) {
+	p := &corev1.Pod{}
+	p.Finalizers = []string{"example.com/a", "example.com/f"}
+	p.Spec.Containers = []corev1.Container{{Name: "c", Args: []string{"--x", "--y"},
+		Ports: []corev1.ContainerPort{{ContainerPort: 80, Protocol: corev1.ProtocolTCP, Name: "http"}, {ContainerPort: 80, Protocol: corev1.ProtocolUDP}}}}
+	p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue}}
+	p.ManagedFields = []metav1.ManagedFieldsEntry{
+		{Manager: "op", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:finalizers":{".":{},"v:\"example.com/a\"":{},"v:\"example.com/f\"":{}}},` +
+			`"f:spec":{"f:containers":{"k:{\"name\":\"c\"}":{".":{},"f:name":{},"f:args":{},"f:ports":{".":{},` +
+			`"k:{\"containerPort\":80,\"protocol\":\"TCP\"}":{".":{},"f:containerPort":{},"f:protocol":{},"f:name":{}},` +
+			`"k:{\"containerPort\":80,\"protocol\":\"UDP\"}":{".":{},"f:containerPort":{},"f:protocol":{}}}}}}}`)}},
+		{Manager: "kubelet", Subresource: "status", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:status":{"f:conditions":{"k:{\"type\":\"Ready\"}":{".":{},"f:type":{},"f:status":{}}}}}`)}},
+	}
+	own, err := OwnershipOf(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	flat := flatten(p)
+	for m, paths := range own {
+		for _, path := range paths {
+			if !slices.ContainsFunc(slices.Collect(maps.Keys(flat)), func(f string) bool { return under(f, path) }) {
+				t.Errorf("Ownership names %s's field %s, which no path of Change.Fields is or is under; flatten has:\n%s", m, path, strings.Join(slices.Sorted(maps.Keys(flat)), "\n"))
+			}
+		}
+	}
+	for _, want := range []string{"metadata.finalizers[example.com/f]", "spec.containers[name=c].ports[containerPort=80,protocol=UDP].protocol",
+		"spec.containers[name=c].ports[containerPort=80,protocol=TCP].name", "spec.containers[name=c].args[1]", "status.conditions[type=Ready].status"} {
+		if _, ok := flat[want]; !ok {
+			t.Errorf("flatten has no %s; it has:\n%s", want, strings.Join(slices.Sorted(maps.Keys(flat)), "\n"))
+		}
+	}
+	for _, path := range []string{"metadata.finalizers[example.com/f]", "spec.containers[name=c].ports[containerPort=80,protocol=TCP].name"} {
+		if got := own.Owners(path); len(got) != 1 || got[0] != "op" {
+			t.Errorf("Owners(%s) = %v, want [op]", path, got)
+		}
 	}
 }

@@ -1,9 +1,7 @@
 package suite
 
 import (
-	"fmt"
 	"sort"
-	"strings"
 )
 
 // FieldWriters tells which writers changed which fields of the case's object kind/name: for every leaf field
@@ -64,62 +62,4 @@ func changeWriter(ch Change, writes []Write) string {
 		}
 	}
 	return writes[0].writer()
-}
-
-// under reports whether path is prefix or a field below it.
-func under(path, prefix string) bool {
-	return path == prefix || strings.HasPrefix(path, prefix+".") || strings.HasPrefix(path, prefix+"[")
-}
-
-// fieldPathGrammar is the form checkFieldPath accepts, quoted in its errors.
-const fieldPathGrammar = `name{.name|[selector]}, a name holding no ".", "[" or "]" and a selector no "]", e.g. "status.conditions[type=Ready].status"`
-
-// checkFieldPath checks the syntax every field path of the suite shares (Change.Fields, Ownership, Permits,
-// AllowDifference, AllowSharedField): field names joined by dots, each optionally followed by bracketed
-// list selectors. It checks the form only, not that such a field exists. Errors: an empty name (a leading,
-// trailing or doubled dot), a bracket left open, an empty selector, a stray "]".
-func checkFieldPath(path string) error {
-	bad := func(why string) error {
-		return fmt.Errorf("field path %q is malformed (%s): write it as %s", path, why, fieldPathGrammar)
-	}
-	if path == "" {
-		return bad("it is empty")
-	}
-	name := 0 // length of the name being read; -1 right after a selector
-	for i := 0; i < len(path); i++ {
-		switch path[i] {
-		case '.':
-			if name == 0 {
-				return bad(fmt.Sprintf("an empty field name before the dot at byte %d", i))
-			}
-			name = 0
-		case '[':
-			if name == 0 {
-				return bad(fmt.Sprintf("a selector at byte %d follows no field name", i))
-			}
-			end := strings.IndexByte(path[i+1:], ']')
-			if end < 0 {
-				return bad(fmt.Sprintf("the bracket at byte %d is never closed", i))
-			}
-			if end == 0 {
-				return bad(fmt.Sprintf("an empty selector at byte %d", i))
-			}
-			if j := strings.IndexByte(path[i+1:i+1+end], '['); j >= 0 {
-				return bad(fmt.Sprintf("the bracket at byte %d is opened inside a selector", i+1+j))
-			}
-			i += end + 1
-			name = -1
-		case ']':
-			return bad(fmt.Sprintf("a \"]\" at byte %d closes no selector", i))
-		default:
-			if name < 0 {
-				return bad(fmt.Sprintf("the selector ending at byte %d is followed by %q: put a dot before the next field name", i-1, path[i]))
-			}
-			name++
-		}
-	}
-	if name == 0 {
-		return bad("it ends with a dot")
-	}
-	return nil
 }

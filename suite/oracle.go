@@ -110,27 +110,51 @@ func (c *Case) OptOut(o Oracle, reason string) {
 	c.report("oracle "+string(o)+" opted out", reason)
 }
 
-// AllowSharedField declares that the leaf field path (as OwnershipOf names it, e.g.
-// "status.conditions[type=Ready].status") of the object kind/name may be owned by more than one field
-// manager at the case's end; reason is shown in the spec's report. The SharedFields oracle still checks
-// every other field. A malformed path (see the form in its error) fails the test.
+// AllowSharedField declares that the field path (e.g. "status.conditions[type=Ready].status", in the
+// dialect OwnershipOf and Change.Fields share) of the object kind/name, or any field under it, may be owned
+// by more than one field manager at the case's end; reason is shown in the spec's report. The SharedFields
+// oracle still checks every other field. Without a kind, name, path or reason, or with a malformed path (see
+// the form in its error), the test fails.
 func (c *Case) AllowSharedField(kind, name, path, reason string) {
 	c.t.Helper()
+	if c.allowField("AllowSharedField", &c.sharedOK, kind, name, path, reason, "why two field managers may own it") {
+		c.report("shared field allowed", fmt.Sprintf("%s/%s %s: %s", kind, name, path, reason))
+	}
+}
+
+// fieldAllowance is a field a spec declared with AllowSharedField or AllowDifference: the field path of
+// the object kind/name, which covers that field and every field under it (the rule under states).
+type fieldAllowance struct{ kind, name, path string }
+
+// allowField checks a declaration of call (AllowSharedField or AllowDifference) and adds it to to; why says
+// what the reason must explain. A missing part or a malformed path fails the test, adds nothing and
+// returns false.
+func (c *Case) allowField(call string, to *[]fieldAllowance, kind, name, path, reason, why string) bool {
+	c.t.Helper()
 	if kind == "" || name == "" || path == "" || strings.TrimSpace(reason) == "" {
-		c.fatalf("suite: AllowSharedField(%q, %q, %q, %q): give the object's kind and name, the field path and why two field managers may own it", kind, name, path, reason)
-		return
+		c.fatalf("suite: %s(%q, %q, %q, %q): give the object's kind and name, the field path and %s", call, kind, name, path, reason, why)
+		return false
 	}
 	if err := checkFieldPath(path); err != nil {
-		c.fatalf("suite: AllowSharedField(%q, %q, %q, ...): %v", kind, name, path, err)
-		return
+		c.fatalf("suite: %s(%q, %q, %q, ...): %v", call, kind, name, path, err)
+		return false
 	}
 	c.mu.Lock()
-	if c.sharedOK == nil {
-		c.sharedOK = map[string]bool{}
-	}
-	c.sharedOK[kind+"/"+name+" "+path] = true
+	*to = append(*to, fieldAllowance{kind, name, path})
 	c.mu.Unlock()
-	c.report("shared field allowed", fmt.Sprintf("%s/%s %s: %s", kind, name, path, reason))
+	return true
+}
+
+// fieldAllowed reports whether one of the allowances covers field path of the object kind/name.
+func (c *Case) fieldAllowed(allowances []fieldAllowance, kind, name, path string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, a := range allowances {
+		if a.kind == kind && a.name == name && under(path, a.path) {
+			return true
+		}
+	}
+	return false
 }
 
 // report adds a report entry shown without -v (Ginkgo), or logs it.
@@ -163,9 +187,6 @@ func (c *Case) runOracles(j *judgement) []string {
 // sharedFieldErrors renders each leaf field of a case object owned by two field managers that the spec did
 // not declare.
 func (c *Case) sharedFieldErrors(*judgement) []string {
-	c.mu.Lock()
-	allowed := c.sharedOK
-	c.mu.Unlock()
 	var out []string
 	for _, o := range c.leftovers() {
 		own, err := OwnershipOf(o)
@@ -177,7 +198,7 @@ func (c *Case) sharedFieldErrors(*judgement) []string {
 		shared := own.sharedFields()
 		paths := make([]string, 0, len(shared))
 		for p := range shared {
-			if !allowed[kind+"/"+o.GetName()+" "+p] {
+			if !c.fieldAllowed(c.sharedOK, kind, o.GetName(), p) {
 				paths = append(paths, p)
 			}
 		}
@@ -277,8 +298,9 @@ func (c *Case) differentialErrors(j *judgement) []string {
 	}
 	var diff []string
 	for _, d := range perturb.Diff(base, j.endState(c)) {
-		if !c.differenceAllowed(d) {
-			diff = append(diff, d)
+		kind, name, _ := strings.Cut(d.Object, "/")
+		if d.Path == "" || !c.fieldAllowed(c.differOK, kind, name, d.Path) {
+			diff = append(diff, d.String())
 		}
 	}
 	if len(diff) == 0 {
@@ -290,39 +312,15 @@ func (c *Case) differentialErrors(j *judgement) []string {
 	return []string{msg}
 }
 
-// AllowDifference declares that the field path (or any field under it, as the event stream names fields, e.g.
-// "status.podRoles") of the object kind/name may end differently under a perturbation: the spec's operator
-// decides it by timing (which pod an election picks, say), so the unperturbed runs agreeing on it says
-// nothing. The Differential oracle does not compare it; reason is shown in the spec's report when the oracle
-// runs (ENSEMBLE_BASELINE). Without a
-// kind, name, path or reason, or with a malformed path, the test fails.
+// AllowDifference declares that the field path (e.g. "status.podRoles", in the dialect Change.Fields and
+// OwnershipOf share) of the object kind/name, or any field under it, may end differently under a
+// perturbation: the spec's operator decides it by timing (which pod an election picks, say), so the
+// unperturbed runs agreeing on it says nothing. The Differential oracle does not compare it; reason is shown
+// in the spec's report when the oracle runs (ENSEMBLE_BASELINE). Without a kind, name, path or reason, or
+// with a malformed path, the test fails. It matches fields by the rule AllowSharedField does.
 func (c *Case) AllowDifference(kind, name, path, reason string) {
 	c.t.Helper()
-	if kind == "" || name == "" || path == "" || strings.TrimSpace(reason) == "" {
-		c.fatalf("suite: AllowDifference(%q, %q, %q, %q): give the object's kind and name, the field path and why its end value may differ", kind, name, path, reason)
-		return
-	}
-	if err := checkFieldPath(path); err != nil {
-		c.fatalf("suite: AllowDifference(%q, %q, %q, ...): %v", kind, name, path, err)
-		return
-	}
-	c.mu.Lock()
-	c.differOK = append(c.differOK, kind+"/"+name+" "+path)
-	c.mu.Unlock()
-	if len(c.s.baselines) > 0 {
+	if c.allowField("AllowDifference", &c.differOK, kind, name, path, reason, "why its end value may differ") && len(c.s.baselines) > 0 {
 		c.report("difference allowed", fmt.Sprintf("%s/%s %s: %s", kind, name, path, reason))
 	}
-}
-
-// differenceAllowed reports whether a line of perturb.Diff ("Kind/name path: ...") is under a field the spec
-// declared with AllowDifference.
-func (c *Case) differenceAllowed(line string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	for _, ok := range c.differOK {
-		if strings.HasPrefix(line, ok+":") || strings.HasPrefix(line, ok+".") || strings.HasPrefix(line, ok+"[") {
-			return true
-		}
-	}
-	return false
 }

@@ -13,8 +13,9 @@ import (
 )
 
 // Ownership maps each field manager of an object to the field paths it owns, read from managedFields
-// (both the object and its subresources). Paths are rendered from the fieldsV1 set, e.g.
-// "status.podRoles.pod-0" or "status.conditions[type=Available].status". The entries of one manager name
+// (both the object and its subresources). Paths are rendered from the fieldsV1 set in the dialect
+// Change.Fields uses (fieldpath.go), e.g. "status.podRoles.pod-0", "status.conditions[type=Available].status"
+// or "metadata.finalizers[example.com/f]". The entries of one manager name
 // (its Apply and its Update entries, its main-resource and its status entries) are merged: a field both own is
 // listed once under that name.
 type Ownership map[string][]string
@@ -43,7 +44,8 @@ func OwnershipOf(obj client.Object) (Ownership, error) {
 	return out, nil
 }
 
-// walkFields renders a fieldsV1 set ("f:name", "k:{json}", "v:value", ".") into leaf paths.
+// walkFields renders a fieldsV1 set ("f:name", "k:{json}", "v:value", ".") into leaf paths, in the
+// suite's one field-path dialect (fieldpath.go).
 func walkFields(prefix string, set map[string]any, out *[]string) {
 	leaf := true
 	for k, v := range set {
@@ -59,16 +61,16 @@ func walkFields(prefix string, set map[string]any, out *[]string) {
 			var kv map[string]any
 			sel := k[2:]
 			if json.Unmarshal([]byte(k[2:]), &kv) == nil {
-				var parts []string
-				for kk, vv := range kv {
-					parts = append(parts, fmt.Sprintf("%s=%v", kk, vv))
-				}
-				sort.Strings(parts)
-				sel = strings.Join(parts, ",")
+				sel = keyedSelector(kv)
 			}
 			p = prefix + "[" + sel + "]"
 		case strings.HasPrefix(k, "v:"):
-			p = prefix + "[" + k[2:] + "]"
+			var val any
+			sel := k[2:]
+			if json.Unmarshal([]byte(k[2:]), &val) == nil {
+				sel = scalar(val)
+			}
+			p = prefix + "[" + sel + "]"
 		default:
 			p = join(prefix, k)
 		}

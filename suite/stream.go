@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -202,83 +201,6 @@ func (st *stream) lastChange(ns string) time.Time {
 		}
 	}
 	return time.Time{}
-}
-
-// flatten renders an object as leaf path -> value, without resourceVersion, managedFields and timestamps.
-// An unstructured object is read as it is (it is not copied: flatten only reads it).
-func flatten(obj client.Object) map[string]string {
-	var m map[string]any
-	if u, ok := obj.(*unstructured.Unstructured); ok {
-		m = u.Object
-	} else {
-		var err error
-		if m, err = runtime.DefaultUnstructuredConverter.ToUnstructured(obj); err != nil {
-			return map[string]string{"<unconvertible>": err.Error()}
-		}
-	}
-	out := map[string]string{}
-	flattenInto(out, "", m)
-	return out
-}
-
-// ignoredMetadataKey reports whether a key of metadata is one the stream sets aside: the resourceVersion,
-// which every write changes, and managedFields.
-func ignoredMetadataKey(prefix, k string) bool {
-	return prefix == "metadata" && (k == "resourceVersion" || k == "managedFields")
-}
-
-// ignoredTimeKey reports whether a map key holds a timestamp the stream sets aside (deletionTimestamp is
-// kept: it marks the start of a deletion).
-func ignoredTimeKey(k string) bool {
-	if k == "deletionTimestamp" {
-		return false
-	}
-	return strings.HasSuffix(k, "Time") || strings.HasSuffix(k, "Timestamp") || k == "startedAt" || k == "finishedAt"
-}
-
-func flattenInto(out map[string]string, prefix string, v any) {
-	switch t := v.(type) {
-	case map[string]any:
-		if len(t) == 0 && prefix != "" {
-			out[prefix] = "{}"
-		}
-		for k, e := range t {
-			if ignoredTimeKey(k) || ignoredMetadataKey(prefix, k) {
-				continue
-			}
-			p := k
-			if prefix != "" {
-				p = prefix + "." + k
-			}
-			flattenInto(out, p, e)
-		}
-	case []any:
-		if len(t) == 0 {
-			out[prefix] = "[]"
-		}
-		for i, e := range t {
-			sel := strconv.Itoa(i)
-			if em, ok := e.(map[string]any); ok {
-				for _, k := range []string{"type", "name", "conditionType"} {
-					if s, ok := em[k].(string); ok {
-						sel = k + "=" + s
-						break
-					}
-				}
-			}
-			flattenInto(out, prefix+"["+sel+"]", e)
-		}
-	case string:
-		out[prefix] = t
-	case bool:
-		out[prefix] = strconv.FormatBool(t)
-	case int64:
-		out[prefix] = strconv.FormatInt(t, 10)
-	case float64:
-		out[prefix] = strconv.FormatFloat(t, 'g', -1, 64)
-	default:
-		out[prefix] = fmt.Sprint(t)
-	}
 }
 
 func diffFlat(a, b map[string]string) []FieldChange {

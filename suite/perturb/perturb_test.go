@@ -205,7 +205,7 @@ func TestDiffComparesFieldByFieldAndLeavesOutVolatileFields(t *testing.T) {
 		"Shard/a status.extra: <absent> -> 1",
 		"Shard/a status.phase: Healthy -> Progressing",
 	}
-	d := Diff([]map[string]map[string]string{base, base2}, got)
+	d := lines(Diff([]map[string]map[string]string{base, base2}, got))
 	if strings.Join(d, "\n") != strings.Join(want, "\n") {
 		t.Errorf("Diff:\n%s\nwant:\n%s", strings.Join(d, "\n"), strings.Join(want, "\n"))
 	}
@@ -229,7 +229,7 @@ func TestDiffComparesFieldByFieldAndLeavesOutVolatileFields(t *testing.T) {
 	if d := Diff([]map[string]map[string]string{b1, b2}, named("c1", "c2")); len(d) != 0 {
 		t.Errorf("objects named anew each run, as many as unperturbed: %v", d)
 	}
-	if d := Diff([]map[string]map[string]string{b1, b2}, named("c1", "c2", "c3")); len(d) != 1 || d[0] != "Pod: 3 objects named anew each run, the unperturbed runs ended with 2" {
+	if d := Diff([]map[string]map[string]string{b1, b2}, named("c1", "c2", "c3")); len(d) != 1 || d[0].String() != "Pod: 3 objects named anew each run, the unperturbed runs ended with 2" {
 		t.Errorf("one more object named anew: %v", d)
 	}
 	if d := Diff([]map[string]map[string]string{base}, base); len(d) != 0 {
@@ -238,4 +238,13 @@ func TestDiffComparesFieldByFieldAndLeavesOutVolatileFields(t *testing.T) {
 	if Diff(nil, got) != nil {
 		t.Error("no baseline, no difference")
 	}
+}
+
+// lines renders differences one per line.
+func lines(ds []Difference) []string {
+	var out []string
+	for _, d := range ds {
+		out = append(out, d.String())
+	}
+	return out
 }

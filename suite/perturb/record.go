@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 )
 
@@ -65,23 +66,61 @@ func Volatile(path string) bool {
 		strings.HasPrefix(path, "status.hostIPs") || strings.HasSuffix(path, "resourceVersion")
 }
 
+// Difference is one way a perturbed run's end state differs from the unperturbed runs'.
+type Difference struct {
+	// Object is "Kind/name", or the Kind alone for a difference in the count of objects named anew each run.
+	Object string
+	// Path is the field that differs, in the suite's field-path dialect; empty for a whole object or a count.
+	Path string
+	// Want and Got are the field's unperturbed and perturbed values ("<absent>" for none). For a whole
+	// object Want is "missing" (the unperturbed runs ended with it) or Got "unexpected" (they ended without
+	// it); for a count they are the two counts.
+	Want, Got string
+}
+
+// absent is the value of a field an object does not have, as the suite's Change.Fields writes it.
+const absent = "<absent>"
+
+// The values of Difference.Want and Got for a whole object.
+const (
+	Missing    = "missing"
+	Unexpected = "unexpected"
+)
+
+// Count reports whether d is a difference in the count of a kind's objects named anew each run.
+func (d Difference) Count() bool { return !strings.Contains(d.Object, "/") }
+
+// String renders d on one line: "Kind/name path: want -> got", "Kind/name: missing (...)",
+// "Kind/name: unexpected (...)" or "Kind: N objects named anew each run, ...".
+func (d Difference) String() string {
+	switch {
+	case d.Count():
+		return fmt.Sprintf("%s: %s objects named anew each run, the unperturbed runs ended with %s", d.Object, d.Got, d.Want)
+	case d.Path == "" && d.Want == Missing:
+		return d.Object + ": missing (the unperturbed run ended with it)"
+	case d.Path == "":
+		return d.Object + ": unexpected (the unperturbed run ended without it)"
+	}
+	return fmt.Sprintf("%s %s: %s -> %s", d.Object, d.Path, d.Want, d.Got)
+}
+
 // Diff compares a perturbed run's end state with the unperturbed runs' and returns the differences field by
-// field, "Kind/name path: want -> got" (or "Kind/name: missing" / "Kind/name: unexpected"), sorted. A field
+// field, sorted by their String. A field
 // whose value differs between the unperturbed runs themselves is volatile for this spec and not compared, and
 // when they do not agree on which fields an object has, a field that none of them had is not reported; with
 // one baseline only Volatile's fields are left out. Objects of a kind the unperturbed runs name anew each run
 // (some in one run and not the other) are compared by their count only. No baseline: nil.
-func Diff(baselines []map[string]map[string]string, got map[string]map[string]string) []string {
+func Diff(baselines []map[string]map[string]string, got map[string]map[string]string) []Difference {
 	if len(baselines) == 0 {
 		return nil
 	}
 	want := baselines[0]
-	var out []string
+	var out []Difference
 	for obj, fields := range want {
 		g, ok := got[obj]
 		if !ok {
 			if inEvery(baselines, obj) {
-				out = append(out, obj+": missing (the unperturbed run ended with it)")
+				out = append(out, Difference{Object: obj, Want: Missing})
 			}
 			continue
 		}
@@ -92,9 +131,9 @@ func Diff(baselines []map[string]map[string]string, got map[string]map[string]st
 			gv, ok := g[path]
 			switch {
 			case !ok:
-				out = append(out, fmt.Sprintf("%s %s: %s -> <absent>", obj, path, w))
+				out = append(out, Difference{Object: obj, Path: path, Want: w, Got: absent})
 			case gv != w:
-				out = append(out, fmt.Sprintf("%s %s: %s -> %s", obj, path, w, gv))
+				out = append(out, Difference{Object: obj, Path: path, Want: w, Got: gv})
 			}
 		}
 		// When the unperturbed runs do not agree on which fields obj has (a key named after a hash of
@@ -102,7 +141,7 @@ func Diff(baselines []map[string]map[string]string, got map[string]map[string]st
 		sameKeys := sameFieldNames(baselines, obj)
 		for path, gv := range g {
 			if _, ok := fields[path]; !ok && sameKeys && !volatileHere(baselines, obj, path) {
-				out = append(out, fmt.Sprintf("%s %s: <absent> -> %s", obj, path, gv))
+				out = append(out, Difference{Object: obj, Path: path, Want: absent, Got: gv})
 			}
 		}
 	}
@@ -111,7 +150,7 @@ func Diff(baselines []map[string]map[string]string, got map[string]map[string]st
 	renamed := renamedKinds(baselines)
 	for obj := range got {
 		if _, ok := want[obj]; !ok && !inAny(baselines, obj) && !renamed[kindOf(obj)] {
-			out = append(out, obj+": unexpected (the unperturbed run ended without it)")
+			out = append(out, Difference{Object: obj, Got: Unexpected})
 		}
 	}
 	for kind := range renamed {
@@ -130,10 +169,10 @@ func Diff(baselines []map[string]map[string]string, got map[string]map[string]st
 		}
 		// got's objects named anew are those in no baseline or not in every one.
 		if g := n(got); same && g != w {
-			out = append(out, fmt.Sprintf("%s: %d objects named anew each run, the unperturbed runs ended with %d", kind, g, w))
+			out = append(out, Difference{Object: kind, Want: strconv.Itoa(w), Got: strconv.Itoa(g)})
 		}
 	}
-	sort.Strings(out)
+	sort.Slice(out, func(i, j int) bool { return out[i].String() < out[j].String() })
 	return out
 }
 
