@@ -107,10 +107,9 @@ func (o Options) withDefaults() Options {
 // DataPlane is the kubelet stand-in with its write log. Create it with New. Its query methods are safe for
 // concurrent use.
 type DataPlane struct {
-	// Kubelet is the "dataplane-kubelet" controller. Set Kubelet.Client before setup to wire a client of your own.
-	Kubelet *KubeletReconciler
-
-	log *writeLog
+	// kubelet is the "dataplane-kubelet" controller.
+	kubelet *kubelet
+	log     *writeLog
 }
 
 // New returns a DataPlane configured by opts (zero fields take their defaults). Nothing runs until it is set up
@@ -119,14 +118,14 @@ func New(opts Options) *DataPlane {
 	opts = opts.withDefaults()
 	l := &writeLog{}
 	return &DataPlane{
-		Kubelet: newKubelet(opts, l),
+		kubelet: newKubelet(opts, l),
 		log:     l,
 	}
 }
 
-// SetupWithManager registers the kubelet with mgr, with mgr.GetClient() unless its Client is already set.
+// SetupWithManager registers the kubelet with mgr, writing through mgr.GetClient().
 func (d *DataPlane) SetupWithManager(mgr ctrl.Manager) error {
-	if err := d.Kubelet.SetupWithManager(mgr); err != nil {
+	if err := d.kubelet.SetupWithManager(mgr); err != nil {
 		return fmt.Errorf("dataplane: set up %s: %w", KubeletControllerName, err)
 	}
 	return nil
@@ -135,7 +134,7 @@ func (d *DataPlane) SetupWithManager(mgr ctrl.Manager) error {
 // RestartCount returns the restart count the kubelet reports for every container of the pod namespace/name
 // (in-place restarts plus crash-loop restarts of its current incarnation), or 0 for a pod it has not seen.
 func (d *DataPlane) RestartCount(namespace, pod string) int32 {
-	return d.Kubelet.RestartCount(namespace, pod)
+	return d.kubelet.RestartCount(namespace, pod)
 }
 
 // OpenConnection registers one client connection held to the pod namespace/name and returns a function that
@@ -143,32 +142,29 @@ func (d *DataPlane) RestartCount(namespace, pod string) int32 {
 // nothing). An in-place restart, a crash or the pod's termination or disappearance drops every connection held
 // at that moment and adds them to Dropped.
 func (d *DataPlane) OpenConnection(namespace, pod string) (closeConn func()) {
-	return d.Kubelet.OpenConnection(namespace, pod)
+	return d.kubelet.OpenConnection(namespace, pod)
 }
 
 // Connections returns the number of connections currently held to the pod namespace/name.
 func (d *DataPlane) Connections(namespace, pod string) int {
-	return d.Kubelet.Connections(namespace, pod)
+	return d.kubelet.Connections(namespace, pod)
 }
 
 // Dropped returns the number of held connections to the pod name namespace/name dropped so far (cumulative over
 // every incarnation of that name).
-func (d *DataPlane) Dropped(namespace, pod string) int { return d.Kubelet.Dropped(namespace, pod) }
+func (d *DataPlane) Dropped(namespace, pod string) int { return d.kubelet.Dropped(namespace, pod) }
 
 // CrashLoop turns crash-loop injection on or off for the pod namespace/name. On: its containers crash at once
 // (connections dropped, restartCount + 1) and keep crashing with a doubling back-off (restartCount + 1 each
 // time), not ready, phase still Running. Off: the containers start once more (restartCount + 1) and become
 // ready after ReadyDelay. The switch is kept by name, so it also applies to a pod created later with that name.
 func (d *DataPlane) CrashLoop(namespace, pod string, on bool) {
-	d.Kubelet.CrashLoop(namespace, pod, on)
+	d.kubelet.CrashLoop(namespace, pod, on)
 }
 
 // Log returns a copy of the write log entries of namespace, oldest first ("" returns the entries of
 // cluster-scoped objects).
-func (d *DataPlane) Log(namespace string) []Entry { return d.log.get(namespace, false) }
-
-// LogAll returns a copy of every write log entry, oldest first.
-func (d *DataPlane) LogAll() []Entry { return d.log.get("", true) }
+func (d *DataPlane) Log(namespace string) []Entry { return d.log.get(namespace) }
 
 // Entry is one write made (or attempted) by a DataPlane controller.
 type Entry struct {
@@ -204,12 +200,12 @@ func (l *writeLog) add(e Entry) {
 	l.mu.Unlock()
 }
 
-func (l *writeLog) get(ns string, all bool) []Entry {
+func (l *writeLog) get(ns string) []Entry {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	out := []Entry{}
 	for _, e := range l.entries {
-		if all || e.Namespace == ns {
+		if e.Namespace == ns {
 			out = append(out, e)
 		}
 	}

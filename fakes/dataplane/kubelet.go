@@ -21,7 +21,7 @@ import (
 	"github.com/ensembletest/ensemble/fakes/internal/trigger"
 )
 
-// KubeletReconciler is the kubelet stand-in, controller "dataplane-kubelet". At setup it registers one Node
+// kubelet is the kubelet stand-in, controller "dataplane-kubelet". At setup it registers one Node
 // (Options.NodeName, created when absent: Ready, InternalIP NodeInternalIP, pod CIDR PodCIDR) and starts
 // renewing its Lease. It reconciles every Pod in every namespace and writes the pod's status by server-side
 // apply with its own field owner, owning only phase, podIP(s), hostIP(s), startTime, containerStatuses and the
@@ -46,8 +46,8 @@ import (
 //     deletes it with grace period 0 (a pod kept by a finalizer stays, terminated, until the finalizer goes).
 //     A terminating pod without nodeName is the API server's to remove.
 //
-// Init containers get no status. Create it with New (DataPlane.Kubelet); the zero value is not usable.
-type KubeletReconciler struct {
+// Init containers get no status. New creates it, as DataPlane's kubelet; the zero value is not usable.
+type kubelet struct {
 	// Client reads Pods and applies their status. Defaults to mgr.GetClient() at setup when nil.
 	Client client.Client
 	// managerClient is true when Client came from a manager in SetupWithManager.
@@ -99,8 +99,8 @@ type podState struct {
 	exitRestarts int
 }
 
-func newKubelet(opts Options, l *writeLog) *KubeletReconciler {
-	return &KubeletReconciler{
+func newKubelet(opts Options, l *writeLog) *kubelet {
+	return &kubelet{
 		opts:    opts,
 		log:     l,
 		pods:    map[types.NamespacedName]*podState{},
@@ -115,7 +115,7 @@ func newKubelet(opts Options, l *writeLog) *KubeletReconciler {
 // up), adds the node Lease heartbeat to mgr (unless Options.NodeLeaseRenewInterval is negative) and
 // registers the controller "dataplane-kubelet" with mgr: it watches every Pod and the kubelet's own trigger
 // (CrashLoop).
-func (k *KubeletReconciler) SetupWithManager(mgr ctrl.Manager) error {
+func (k *kubelet) SetupWithManager(mgr ctrl.Manager) error {
 	// A client the manager handed out is taken again from each manager (a restarted manager's first one
 	// refuses writes); one set by the caller is kept.
 	if k.Client == nil || k.managerClient {
@@ -139,7 +139,7 @@ func (k *KubeletReconciler) SetupWithManager(mgr ctrl.Manager) error {
 }
 
 // RestartCount returns the restart count of the pod namespace/name's current incarnation (0 if unseen or gone).
-func (k *KubeletReconciler) RestartCount(namespace, pod string) int32 {
+func (k *kubelet) RestartCount(namespace, pod string) int32 {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if st := k.pods[key(namespace, pod)]; st != nil {
@@ -149,7 +149,7 @@ func (k *KubeletReconciler) RestartCount(namespace, pod string) int32 {
 }
 
 // OpenConnection registers a client connection held by the pod and returns the func that closes it normally; see DataPlane.OpenConnection.
-func (k *KubeletReconciler) OpenConnection(namespace, pod string) (closeConn func()) {
+func (k *kubelet) OpenConnection(namespace, pod string) (closeConn func()) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	kk := key(namespace, pod)
@@ -167,21 +167,21 @@ func (k *KubeletReconciler) OpenConnection(namespace, pod string) (closeConn fun
 }
 
 // Connections counts the open connections of the pod; see DataPlane.Connections.
-func (k *KubeletReconciler) Connections(namespace, pod string) int {
+func (k *kubelet) Connections(namespace, pod string) int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return len(k.conns[key(namespace, pod)])
 }
 
 // Dropped counts the connections of the pod dropped by restarts or termination; see DataPlane.Dropped.
-func (k *KubeletReconciler) Dropped(namespace, pod string) int {
+func (k *kubelet) Dropped(namespace, pod string) int {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	return k.dropped[key(namespace, pod)]
 }
 
 // CrashLoop turns crash-loop injection on or off for the pod; see DataPlane.CrashLoop.
-func (k *KubeletReconciler) CrashLoop(namespace, pod string, on bool) {
+func (k *kubelet) CrashLoop(namespace, pod string, on bool) {
 	kk := key(namespace, pod)
 	k.mu.Lock()
 	if on {
@@ -194,7 +194,7 @@ func (k *KubeletReconciler) CrashLoop(namespace, pod string, on bool) {
 }
 
 // forgetLocked forgets the pod kk: its state, its IP and its connections (dropped). k.mu must be held.
-func (k *KubeletReconciler) forgetLocked(kk types.NamespacedName) {
+func (k *kubelet) forgetLocked(kk types.NamespacedName) {
 	if st := k.pods[kk]; st != nil {
 		k.ips.release(st.ipOffset)
 	}
@@ -204,7 +204,7 @@ func (k *KubeletReconciler) forgetLocked(kk types.NamespacedName) {
 
 // bindOrForget binds pod; on a failure it clears st.bound so that a later pass binds again, but for
 // Conflict (the pod was bound or is being deleted meanwhile) and NotFound, whose own event comes.
-func (k *KubeletReconciler) bindOrForget(ctx context.Context, pod *corev1.Pod, st *podState) error {
+func (k *kubelet) bindOrForget(ctx context.Context, pod *corev1.Pod, st *podState) error {
 	err := k.bind(ctx, pod)
 	// A refused binding is retried, as the scheduler retries one (a conflict included: only this fake binds,
 	// and a pod bound meanwhile shows its nodeName on the retry's read). A pod that is gone needs none.
@@ -216,7 +216,7 @@ func (k *KubeletReconciler) bindOrForget(ctx context.Context, pod *corev1.Pod, s
 }
 
 // unmark applies undo to st if st is still the state of kk.
-func (k *KubeletReconciler) unmark(kk types.NamespacedName, st *podState, undo func(*podState)) {
+func (k *kubelet) unmark(kk types.NamespacedName, st *podState, undo func(*podState)) {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.pods[kk] == st {
@@ -225,7 +225,7 @@ func (k *KubeletReconciler) unmark(kk types.NamespacedName, st *podState, undo f
 }
 
 // dropLocked drops every connection held to kk. k.mu must be held.
-func (k *KubeletReconciler) dropLocked(kk types.NamespacedName) {
+func (k *kubelet) dropLocked(kk types.NamespacedName) {
 	if n := len(k.conns[kk]); n > 0 {
 		k.dropped[kk] += n
 		delete(k.conns, kk)
@@ -235,7 +235,7 @@ func (k *KubeletReconciler) dropLocked(kk types.NamespacedName) {
 // Reconcile advances one pod's simulated life to now: it binds an unscheduled pod, applies the status that
 // results when it differs from the pod's, and deletes a terminating pod that is done. It asks to be woken at
 // the pod's next timed step.
-func (k *KubeletReconciler) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+func (k *kubelet) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
 	pod := &corev1.Pod{}
 	if err := k.Client.Get(ctx, req.NamespacedName, pod); err != nil {
 		if apierrors.IsNotFound(err) {
@@ -302,7 +302,7 @@ func (k *KubeletReconciler) Reconcile(ctx context.Context, req reconcile.Request
 
 // advanceLocked moves st to now and returns the status to report (nil: leave the pod's status alone) and the
 // time of the next timed step (zero: none). k.mu must be held.
-func (k *KubeletReconciler) advanceLocked(kk types.NamespacedName, st *podState, pod *corev1.Pod, now time.Time) (*corev1.PodStatus, time.Time) {
+func (k *kubelet) advanceLocked(kk types.NamespacedName, st *podState, pod *corev1.Pod, now time.Time) (*corev1.PodStatus, time.Time) {
 	if pod.DeletionTimestamp != nil {
 		if !st.running {
 			return nil, time.Time{}
@@ -380,7 +380,7 @@ func (st *podState) start(now time.Time, readyDelay time.Duration) {
 // once they ran their time, then restart (after a back-off) or leave the pod terminal, as its restartPolicy
 // says. It returns the time of its next step (zero: none) and whether the pod is now terminal. k.mu must be
 // held.
-func (k *KubeletReconciler) completeLocked(kk types.NamespacedName, st *podState, pod *corev1.Pod, now time.Time) (time.Time, bool) {
+func (k *kubelet) completeLocked(kk types.NamespacedName, st *podState, pod *corev1.Pod, now time.Time) (time.Time, bool) {
 	runFor, code, ok := completion(pod, k.opts.RunFor)
 	if !ok {
 		if !st.restartAt.IsZero() { // no longer annotated: containers waiting to restart start now
@@ -429,7 +429,7 @@ func earliest(a, b time.Time) time.Time {
 	return a
 }
 
-func (k *KubeletReconciler) watched(pod *corev1.Pod) map[string]string {
+func (k *kubelet) watched(pod *corev1.Pod) map[string]string {
 	m := make(map[string]string, len(k.opts.RestartAnnotations))
 	for _, a := range k.opts.RestartAnnotations {
 		m[a] = pod.Annotations[a]
@@ -455,7 +455,7 @@ var ownedConditions = []corev1.PodConditionType{
 }
 
 // status builds the status the kubelet reports for st (times in whole seconds, as the API stores them).
-func (k *KubeletReconciler) status(st *podState, pod *corev1.Pod, containersReady bool) *corev1.PodStatus {
+func (k *kubelet) status(st *podState, pod *corev1.Pod, containersReady bool) *corev1.PodStatus {
 	startTime := apiTime(st.firstSeen)
 	s := &corev1.PodStatus{
 		Phase:     corev1.PodRunning,
@@ -653,7 +653,7 @@ func stateString(s corev1.ContainerState) string {
 func sameStatus(a, b statusView) bool { return a == b }
 
 // apply writes desired as the kubelet's server-side-applied pod status.
-func (k *KubeletReconciler) apply(ctx context.Context, pod *corev1.Pod, desired *corev1.PodStatus) error {
+func (k *kubelet) apply(ctx context.Context, pod *corev1.Pod, desired *corev1.PodStatus) error {
 	raw, err := json.Marshal(desired)
 	if err != nil {
 		return err

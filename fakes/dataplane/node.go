@@ -38,7 +38,7 @@ var nodeResources = corev1.ResourceList{
 }
 
 // node returns the Node the kubelet registers: Ready, without pressure, with its addresses and resources.
-func (k *KubeletReconciler) node(now time.Time) *corev1.Node {
+func (k *kubelet) node(now time.Time) *corev1.Node {
 	name := k.opts.NodeName
 	cond := func(t corev1.NodeConditionType, s corev1.ConditionStatus, reason, msg string) corev1.NodeCondition {
 		return corev1.NodeCondition{Type: t, Status: s, Reason: reason, Message: msg,
@@ -70,7 +70,7 @@ func (k *KubeletReconciler) node(now time.Time) *corev1.Node {
 
 // ensureNode creates the kubelet's Node with its status when no Node of that name exists; an existing one is
 // left as it is.
-func (k *KubeletReconciler) ensureNode(ctx context.Context) error {
+func (k *kubelet) ensureNode(ctx context.Context) error {
 	n := k.node(time.Now())
 	err := k.Client.Create(ctx, n, client.FieldOwner(k.opts.FieldOwner))
 	if apierrors.IsAlreadyExists(err) {
@@ -84,7 +84,7 @@ func (k *KubeletReconciler) ensureNode(ctx context.Context) error {
 // heartbeat renews the node Lease every Options.NodeLeaseRenewInterval while the manager runs. It is a plain
 // runnable (not a controller: the harness records its writes outside any reconcile pass) that needs no
 // leader election.
-type heartbeat struct{ k *KubeletReconciler }
+type heartbeat struct{ k *kubelet }
 
 // NeedLeaderElection implements manager.LeaderElectionRunnable: every kubelet heartbeats.
 func (h heartbeat) NeedLeaderElection() bool { return false }
@@ -106,7 +106,7 @@ func (h heartbeat) Start(ctx context.Context) error {
 var _ manager.LeaderElectionRunnable = heartbeat{}
 
 // renewLease applies the node Lease with renewTime now. A failure is logged; the next tick tries again.
-func (k *KubeletReconciler) renewLease(ctx context.Context) {
+func (k *kubelet) renewLease(ctx context.Context) {
 	ac := coordinationv1ac.Lease(k.opts.NodeName, corev1.NamespaceNodeLease).WithSpec(coordinationv1ac.LeaseSpec().
 		WithHolderIdentity(k.opts.NodeName).
 		WithLeaseDurationSeconds(NodeLeaseDurationSeconds).
@@ -121,7 +121,7 @@ func (k *KubeletReconciler) renewLease(ctx context.Context) {
 
 // bind assigns pod to the kubelet's node through the pods/binding subresource (spec.nodeName cannot be
 // updated directly), with the pod's UID as precondition.
-func (k *KubeletReconciler) bind(ctx context.Context, pod *corev1.Pod) error {
+func (k *kubelet) bind(ctx context.Context, pod *corev1.Pod) error {
 	b := &corev1.Binding{
 		ObjectMeta: metav1.ObjectMeta{Namespace: pod.Namespace, Name: pod.Name, UID: pod.UID},
 		Target:     corev1.ObjectReference{APIVersion: "v1", Kind: "Node", Name: k.opts.NodeName},
@@ -134,7 +134,7 @@ func (k *KubeletReconciler) bind(ctx context.Context, pod *corev1.Pod) error {
 
 // remove deletes the terminating pod with grace period 0 (the kubelet's last word on a pod), with its UID as
 // precondition.
-func (k *KubeletReconciler) remove(ctx context.Context, pod *corev1.Pod) error {
+func (k *kubelet) remove(ctx context.Context, pod *corev1.Pod) error {
 	uid := pod.UID
 	err := k.Client.Delete(ctx, pod, client.GracePeriodSeconds(0), client.Preconditions{UID: &uid})
 	k.log.add(Entry{Controller: KubeletControllerName, Namespace: pod.Namespace, Name: pod.Name, Kind: "Pod", Op: "remove",

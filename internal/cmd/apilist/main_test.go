@@ -1,22 +1,52 @@
 package main
 
-import "testing"
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
 
-// suiteBudget is the most exported identifiers the suite package may have (funcs, types, methods,
-// constants and variables): one vocabulary, small enough to learn in an afternoon. 65 held the harness
-// before scripts, write matchers and oracles; those brought it to 83. Manager.Elected and External (the
-// systems perturbation points take down or slow) brought it to 86; Case.Perturb, Case.Release and the
-// Differential oracle and Case.AllowDifference to 90 (the point vocabulary itself lives in suite/perturb);
-// Case.ArtifactsDir, for a test that fails a case on purpose and removes its dump, to 91.
-const suiteBudget = 91
+	"github.com/google/go-cmp/cmp"
+)
 
-func TestSuiteStaysWithinItsBudget(t *testing.T) {
-	ids, err := exported("../../../suite")
+// TestAPIListingIsReviewed: the library's exported API is the one docs/api.txt lists. A change that adds,
+// removes or changes an exported name rewrites that file (go run ./internal/cmd/apilist -w), so the review
+// sees the API change as a diff of its own.
+func TestAPIListingIsReviewed(t *testing.T) {
+	got, err := listing("../../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(ids) > suiteBudget {
-		t.Fatalf("suite exports %d identifiers, over the budget of %d: make new ones Case methods or unexported (go run ./internal/cmd/apicount -v ./suite lists them)", len(ids), suiteBudget)
+	want, err := os.ReadFile(filepath.Join("../../..", golden))
+	if err != nil {
+		t.Fatalf("%v: write it with go run ./internal/cmd/apilist -w", err)
 	}
-	t.Logf("suite exports %d of %d", len(ids), suiteBudget)
+	if d := cmp.Diff(strings.Split(string(want), "\n"), strings.Split(got, "\n")); d != "" {
+		t.Fatalf("the exported API differs from %s (-reviewed +code); if the change is meant, run go run ./internal/cmd/apilist -w and commit the file:\n%s", golden, d)
+	}
+}
+
+// TestListingShowsFieldsAndInterfaceMethods: the listing names what a count of top-level names missed.
+func TestListingShowsFieldsAndInterfaceMethods(t *testing.T) {
+	dir := t.TempDir()
+	src := `package p
+type S struct { A int; b string; C, D []string }
+type I interface { M(x int) error; n() }
+func (s *S) Do(ctx string) (int, error) { return 0, nil }
+func (s *S) hidden() {}
+const K S = 1
+var V = 2
+`
+	if err := os.WriteFile(filepath.Join(dir, "p.go"), []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := exported(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"const K S", "field S.A int", "field S.C []string", "field S.D []string", "method (*S) Do(ctx string) (int, error)",
+		"method I.M(x int) error", "type I interface", "type S struct", "var V"}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Fatalf("listing (-want +got):\n%s", d)
+	}
 }
