@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -39,8 +40,13 @@ const (
 // spec.deps.logSet of the CNPool its pool-name label names, or, when the pod has no pool (or the pool is
 // gone), the only instance of the namespace if there is exactly one. A registration that cannot happen yet
 // (LogSet without instance, pool not found, dropped) is retried every Heartbeat; a store the operator
-// deleted while the pod still runs is registered again at the pod's next pass (any change of the pod). It
-// never removes a store and writes nothing to Kubernetes. Create it with New (Registry.Sim).
+// deleted while the pod still runs is registered again at the pod's next pass (any change of the pod), as a
+// running process's heartbeat re-creates it; such a store expires (OpExpire) once the simulator sees the pod
+// gone or being deleted, as HAKeeper drops a store whose process stopped heartbeating. The simulator's cache
+// may lag the operator's: a pass that still sees the pod running just after the operator's finalizer deleted
+// its store registers it again, and without the expiry that store would outlive its pod. A store registered
+// once is never removed by the simulator (only the operator's DeleteCNStore removes it), and the simulator
+// writes nothing to Kubernetes. Create it with New (Registry.Sim).
 type CNSimReconciler struct {
 	// Client reads pods and pools (from the cache) and LogSets (for Registry.Instance). Defaults to
 	// mgr.GetClient() at setup when nil.
@@ -85,7 +91,13 @@ func (s *CNSimReconciler) Reconcile(ctx context.Context, req reconcile.Request) 
 	pod := &corev1.Pod{}
 	if err := s.Client.Get(ctx, req.NamespacedName, pod); err != nil {
 		s.forget(req.NamespacedName)
+		if apierrors.IsNotFound(err) {
+			s.reg.expire(req.Namespace, req.Name)
+		}
 		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if !pod.DeletionTimestamp.IsZero() {
+		s.reg.expire(pod.Namespace, pod.Name)
 	}
 	if pod.Labels[LabelComponent] != ComponentCN || !pod.DeletionTimestamp.IsZero() ||
 		pod.Status.Phase != corev1.PodRunning {

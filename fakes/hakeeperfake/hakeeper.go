@@ -43,6 +43,9 @@ const (
 	OpGetCNState        = "GetCNState"
 	// OpRegister is a CN process registering its store (result "registered", "exists" or "dropped").
 	OpRegister = "Register"
+	// OpExpire is HAKeeper dropping a store whose process stopped heartbeating after it registered the
+	// store again, once the operator had deleted it (result "expired"; see CNSimReconciler).
+	OpExpire = "Expire"
 	// OpInstance is the creation of a LogSet's instance.
 	OpInstance = "Instance"
 	// OpSetSessions is a test setting a store's session count.
@@ -142,6 +145,8 @@ type space struct {
 type store struct {
 	s     hk.CNStore
 	since time.Time
+	// again is set for a store its process registered again after the operator deleted it.
+	again bool
 }
 
 // Instance is one LogSet's HAKeeper: the hk.Client the operator calls. Obtain it from Registry.Instance or
@@ -151,7 +156,10 @@ type Instance struct {
 	namespace, logSet string
 	discovery         string
 	stores            map[string]*store // guarded by reg.mu
-	frozen            *hk.ClusterDetails
+	// deleted holds the uuids DeleteCNStore removed (guarded by reg.mu): a later registration of one is a
+	// registration again.
+	deleted map[string]bool
+	frozen  *hk.ClusterDetails
 }
 
 var _ hk.Client = (*Instance)(nil)
@@ -227,7 +235,7 @@ func (r *Registry) ensure(namespace, logSet, discovery string) *Instance {
 	if in := sp.instances[logSet]; in != nil {
 		return in
 	}
-	in := &Instance{reg: r, namespace: namespace, logSet: logSet, discovery: discovery, stores: map[string]*store{}}
+	in := &Instance{reg: r, namespace: namespace, logSet: logSet, discovery: discovery, stores: map[string]*store{}, deleted: map[string]bool{}}
 	if sp.frozen {
 		d := in.detailsLocked(r.opts.Now())
 		in.frozen = &d
@@ -463,11 +471,29 @@ func (r *Registry) Register(namespace, logSet, pod, uuid string) bool {
 		c.Result = "exists"
 	default:
 		in.stores[uuid] = &store{s: hk.CNStore{UUID: uuid, Namespace: namespace, PodName: pod,
-			WorkState: hk.WorkStateWorking}, since: r.opts.Now()}
+			WorkState: hk.WorkStateWorking}, since: r.opts.Now(), again: in.deleted[uuid]}
+		delete(in.deleted, uuid)
 		c.Result = "registered"
 	}
 	r.logLocked(c)
 	return true
+}
+
+// expire drops the store of pod namespace/pod when its process registered it again after the operator had
+// deleted it: that process has stopped (the pod is gone or being deleted), and HAKeeper drops a store whose
+// heartbeats stop. A store registered once is left to the operator's DeleteCNStore, so an operator that never
+// deletes a store is still seen leaving it behind.
+func (r *Registry) expire(namespace, pod string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, in := range r.spaceLocked(namespace).instances {
+		for uuid, st := range in.stores {
+			if st.s.PodName == pod && st.again {
+				delete(in.stores, uuid)
+				r.logLocked(Call{Namespace: namespace, LogSet: in.logSet, Op: OpExpire, UUID: uuid, Args: "pod=" + pod, Result: "expired"})
+			}
+		}
+	}
 }
 
 func (r *Registry) findLocked(namespace, uuid string) (*store, *Instance) {
@@ -615,6 +641,7 @@ func (in *Instance) DeleteCNStore(ctx context.Context, uuid string) error {
 			return "", err
 		}
 		delete(in.stores, uuid)
+		in.deleted[uuid] = true
 		return "deleted", nil
 	})
 }

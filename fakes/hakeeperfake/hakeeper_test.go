@@ -386,3 +386,31 @@ func TestMigrationTarget(t *testing.T) {
 		t.Errorf("pool from the pod: %q", got)
 	}
 }
+
+// TestAStoreRegisteredAgainExpiresWithItsProcess: a store the operator deleted and a still-running process
+// registered again is dropped once the pod stops (expire), as HAKeeper drops a store whose heartbeats stop;
+// a store registered once stays until the operator deletes it, so an operator that never deletes one is
+// still seen leaving it behind.
+func TestAStoreRegisteredAgainExpiresWithItsProcess(t *testing.T) {
+	ctx := context.Background()
+	r := New(Options{})
+	if !r.Register("ns", "mo", "p-0", "u0") || !r.Register("ns", "mo", "p-1", "u1") {
+		t.Fatal("registration dropped")
+	}
+	in := r.EnsureInstance("ns", "mo")
+	if err := in.DeleteCNStore(ctx, "u1"); err != nil {
+		t.Fatal(err)
+	}
+	r.Register("ns", "mo", "p-1", "u1") // the process, not yet stopped, heartbeats the store back
+	r.expire("ns", "p-0")
+	r.expire("ns", "p-1")
+	if _, ok := r.PodStore("ns", "p-1"); ok {
+		t.Error("the store registered again after its deletion outlived its stopped process")
+	}
+	if _, ok := r.PodStore("ns", "p-0"); !ok {
+		t.Error("a store registered once was expired: only the operator's DeleteCNStore may remove it")
+	}
+	if n := r.Calls("ns")[OpExpire]; n != 1 {
+		t.Errorf("%d Expire calls logged, want 1", n)
+	}
+}
