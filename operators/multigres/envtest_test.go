@@ -414,6 +414,22 @@ func awaitFlaps(t *testing.T, ctx context.Context, ns string, minBumps int, f fu
 	return values, bumps
 }
 
+// flapsIfLive checks the shard's value f (named what): live, it flaps (awaitFlaps, more than minBumps
+// resourceVersions); fixed, it holds one value over 2 s.
+func flapsIfLive(t *testing.T, ctx context.Context, ns string, live bool, minBumps int, what string, f func(*mgv1.Shard) string) {
+	t.Helper()
+	if live {
+		vals, bumps := awaitFlaps(t, ctx, ns, minBumps, f)
+		t.Logf("%s values %v, %d resourceVersions", what, vals, bumps)
+		return
+	}
+	vals, bumps := countChanges(ctx, ns, 2*time.Second, f)
+	t.Logf("%s values %v, %d resourceVersions in 2s", what, vals, bumps)
+	if len(vals) != 1 {
+		t.Errorf("live=false: %s values %v, %d bumps", what, vals, bumps)
+	}
+}
+
 func healthyThen(t *testing.T, opts multigres.Options, shard mgv1.ShardTemplate) (context.Context, string) {
 	g := NewWithT(t)
 	ctx, ns := start(t, opts)
@@ -446,16 +462,7 @@ func TestZeroFieldsFlips(t *testing.T) {
 			ctx, ns := healthyThen(t, opts, basicShard())
 			converged(t, ctx, ns)
 			orchReady := func(s *mgv1.Shard) string { return fmt.Sprint(s.Status.OrchReady) }
-			if live {
-				vals, bumps := awaitFlaps(t, ctx, ns, 10, orchReady)
-				t.Logf("orchReady values %v, %d resourceVersions", vals, bumps)
-				return
-			}
-			vals, bumps := countChanges(ctx, ns, 2*time.Second, orchReady)
-			t.Logf("orchReady values %v, %d resourceVersions in 2s", vals, bumps)
-			if len(vals) != 1 {
-				t.Errorf("live=false: orchReady values %v, %d bumps", vals, bumps)
-			}
+			flapsIfLive(t, ctx, ns, live, 10, "orchReady", orchReady)
 		})
 	}
 }
@@ -474,16 +481,7 @@ func TestSplitWritersFlap(t *testing.T) {
 				}
 				return ""
 			}
-			if live {
-				vals, bumps := awaitFlaps(t, ctx, ns, 0, message)
-				t.Logf("messages %v, %d resourceVersions", vals, bumps)
-				return
-			}
-			vals, bumps := countChanges(ctx, ns, 2*time.Second, message)
-			t.Logf("messages %v, %d resourceVersions in 2s", vals, bumps)
-			if len(vals) != 1 {
-				t.Errorf("live=false: messages %v", vals)
-			}
+			flapsIfLive(t, ctx, ns, live, 0, "StorageClassValid message", message)
 		})
 	}
 }
