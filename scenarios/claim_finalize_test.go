@@ -125,7 +125,7 @@ func claimFinalizeState(c *suite.Case, pa string) string {
 func claimFinalizerReleased(c *suite.Case, name string, since time.Time) bool {
 	released := false
 	for _, w := range c.Writes(suite.WriteFilter{Kind: "CNClaim", Name: name, Controller: matrixone.CNClaimControllerName, Since: since}) {
-		released = released || (w.Err == nil && w.Subresource == "" && (w.Verb == suite.VerbUpdate || w.Verb == suite.VerbPatch))
+		released = released || (w.Subresource == "" && (w.Verb == suite.VerbUpdate || w.Verb == suite.VerbPatch))
 	}
 	return released && len(c.Changes(suite.ChangeFilter{Kind: "CNClaim", Name: name, Type: suite.Deleted, Since: since})) == 1
 }

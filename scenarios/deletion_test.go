@@ -172,9 +172,7 @@ func foregroundDeletionSpec(ctx SpecContext) {
 	}
 	var byOperator []string
 	for _, w := range c.Writes(suite.WriteFilter{Verb: suite.VerbDelete, Manager: "matrixone", Since: deleted}) {
-		if w.Err == nil {
-			byOperator = append(byOperator, w.Kind+"/"+w.Name)
-		}
+		byOperator = append(byOperator, w.Kind+"/"+w.Name)
 	}
 	order := []string{fmt.Sprintf("rv %d ProxySet deletionTimestamp + foregroundDeletion", start)}
 	for _, ch := range children {
@@ -275,9 +273,7 @@ func orphanDeletionSpec(ctx SpecContext) {
 		}
 	}
 	for _, w := range c.Writes(suite.WriteFilter{Kind: "ConfigMap", Name: cmName, Verb: suite.VerbDelete, Since: deleted}) {
-		if w.Err == nil {
-			cmFate += " by " + w.Manager + "/" + w.Controller + " (its finalize deletes the ConfigMap by name, owned or not)"
-		}
+		cmFate += " by " + w.Manager + "/" + w.Controller + " (its finalize deletes the ConfigMap by name, owned or not)"
 	}
 	AddReportEntry("orphan propagation", fmt.Sprintf("owner references removed and orphan finalizer gone %s after the delete (pods at rv %v); "+
 		"second operator released the DNSet in %s (gone at rv %d); ConfigMap %s",

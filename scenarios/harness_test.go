@@ -81,7 +81,7 @@ var _ = Describe("harness", Label("harness"), func() {
 			return c.Passes(suite.PassFilter{Controller: "looper", Gated: true})
 		}).ShouldNot(BeEmpty(), "the looper's request for %s never reached the gate", c.Namespace)
 		Expect(c.Passes(suite.PassFilter{Manager: "harness"})).To(BeEmpty(), "a request from an unadmitted namespace reached a gated reconciler")
-		Expect(c.Writes(suite.WriteFilter{Manager: "harness"})).To(BeEmpty())
+		Expect(c.Writes(suite.WriteFilter{Manager: "harness", IncludeRejected: true})).To(BeEmpty())
 		cm := &corev1.ConfigMap{}
 		Expect(c.Get("outside", cm)).To(Succeed())
 		Expect(cm.Data).NotTo(HaveKey("n"), "the looper wrote to an unadmitted namespace")
@@ -105,7 +105,7 @@ var _ = Describe("harness", Label("harness"), func() {
 			_ = c.Get("solo", p)
 			return p.Status.Phase
 		}).WithTimeout(harnessPatience).Should(Equal(corev1.PodRunning))
-		binds := c.Writes(suite.WriteFilter{Name: "solo", Subresource: "binding"})
+		binds := c.Writes(suite.WriteFilter{Name: "solo", Subresource: "binding", IncludeRejected: true})
 		Expect(len(binds)).To(BeNumerically(">=", 2), "the refused binding and its retry")
 		Expect(binds[0].Err).To(MatchError(ContainSubstring("injected by point conflict@dataplane/dataplane-kubelet:Pod/solo#1")))
 		Expect(binds[len(binds)-1].Err).NotTo(HaveOccurred())

@@ -92,7 +92,7 @@ func expectImpostorsUntouched(c *suite.Case, uids map[string]types.UID) map[stri
 	for _, name := range sets.List(sets.KeySet(uids)) {
 		var byOperator []string
 		who := sets.New[string]()
-		for _, w := range c.Writes(suite.WriteFilter{Kind: "Pod", Name: name}) {
+		for _, w := range c.Writes(suite.WriteFilter{Kind: "Pod", Name: name, IncludeRejected: true}) {
 			who.Insert(w.Manager + "/" + w.Controller)
 			if operatorManagers.Has(w.Manager) {
 				byOperator = append(byOperator, fmt.Sprintf("%s/%s %s%s (field owner %q)", w.Manager, w.Controller, w.Verb, sub(w.Subresource), w.FieldOwner))

@@ -49,7 +49,7 @@ func elected(ms ...*suite.Manager) []string {
 func writers(c *suite.Case, since time.Time, ms ...*suite.Manager) []string {
 	var out []string
 	for _, m := range ms {
-		if len(c.Writes(suite.WriteFilter{Manager: m.Name, Since: since})) > 0 {
+		if len(c.Writes(suite.WriteFilter{Manager: m.Name, Since: since, IncludeRejected: true})) > 0 {
 			out = append(out, m.Name)
 		}
 	}

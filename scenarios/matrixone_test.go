@@ -60,7 +60,7 @@ var _ = Describe("matrixone", Label("matrixone"), func() {
 		Expect(before.Diff(after)).To(BeEmpty(), "the second operator changed the sentinel cluster in %s", sentinelNamespace)
 		Expect(sentinel.Passes(suite.PassFilter{Manager: m.Name})).To(BeEmpty(),
 			"the second operator reconciled objects of the sentinel namespace")
-		Expect(sentinel.Writes(suite.WriteFilter{Manager: m.Name})).To(BeEmpty(),
+		Expect(sentinel.Writes(suite.WriteFilter{Manager: m.Name, IncludeRejected: true})).To(BeEmpty(),
 			"the second operator wrote to the sentinel namespace")
 		for i := 0; i < int(*sentinelSpec.ProxySetReplicas); i++ {
 			pod := matrixone.PodSetPodName(sentinelSpec.Names().ProxySet, i)

@@ -106,7 +106,7 @@ func shardOwnershipSpec() {
 // status fields now: the field managers behind a status that keeps changing.
 func shardOwnersReport(c *suite.Case, shard string) string {
 	perOwner := map[string]int{}
-	for _, w := range c.Writes(suite.WriteFilter{Kind: "Shard", Name: shard}) {
+	for _, w := range c.Writes(suite.WriteFilter{Kind: "Shard", Name: shard, IncludeRejected: true}) {
 		perOwner[fmt.Sprintf("%s%s by %q", w.Verb, sub(w.Subresource), w.FieldOwner)]++
 	}
 	var lines []string
@@ -177,9 +177,7 @@ func expectDesignWriters(c *suite.Case, shard string) {
 
 	got := sets.New[string]()
 	for _, w := range c.Writes(suite.WriteFilter{Kind: "Shard", Name: shard}) {
-		if w.Err == nil {
-			got.Insert(fmt.Sprintf("%s/%s %s%s %s", w.Manager, w.Controller, w.Verb, sub(w.Subresource), w.FieldOwner))
-		}
+		got.Insert(fmt.Sprintf("%s/%s %s%s %s", w.Manager, w.Controller, w.Verb, sub(w.Subresource), w.FieldOwner))
 	}
 	want := sets.New(
 		shardTableGroupWriter+" apply "+multigres.FieldOwnerOperator,

@@ -144,12 +144,13 @@ func registeredAt(c *suite.Case, name string) time.Time {
 }
 
 // stalePass reports whether a Shard pass over shard started at or after since, ended without an error
-// and created pod (which the shard does only for a pod missing from its cached list). Such a pass read
-// topology after since and ran its prune step over a pod list without pod.
+// and created pod (which the shard does only for a pod missing from its cached list; the API server refuses
+// that create with AlreadyExists, so refused writes are included). Such a pass read topology after since and
+// ran its prune step over a pod list without pod.
 func stalePass(c *suite.Case, shard, pod string, since time.Time) bool {
 	created := map[int64]bool{}
 	for _, w := range c.Writes(suite.WriteFilter{Kind: "Pod", Name: pod, Controller: multigres.ShardControllerName,
-		Verb: suite.VerbCreate, Since: since}) {
+		Verb: suite.VerbCreate, Since: since, IncludeRejected: true}) {
 		created[w.Pass] = true
 	}
 	for _, p := range c.Passes(suite.PassFilter{Name: shard, Controller: multigres.ShardControllerName, Since: since}) {

@@ -99,12 +99,7 @@ func thrashSummary(c *suite.Case, since time.Time) string {
 			deleted = append(deleted, ch.Name)
 		}
 	}
-	writes := 0
-	for _, w := range c.Writes(suite.WriteFilter{Manager: "multigres", Since: since}) {
-		if w.Err == nil {
-			writes++
-		}
-	}
+	writes := len(c.Writes(suite.WriteFilter{Manager: "multigres", Since: since}))
 	return fmt.Sprintf("shard generations seen: %s; pods added %d, deleted %d (%s); %d operator writes; converged and quiet %s after the edits",
 		strings.Join(gens, ", "), added, len(deleted), strings.Join(deleted, ", "), writes, time.Since(since).Round(time.Millisecond))
 }

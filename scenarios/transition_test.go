@@ -320,9 +320,7 @@ func tableGroupRoundTripSpec() {
 func deletedBy(c *suite.Case, kind, name string, since time.Time) []string {
 	var out []string
 	for _, w := range c.Writes(suite.WriteFilter{Kind: kind, Name: name, Verb: suite.VerbDelete, Since: since}) {
-		if w.Err == nil {
-			out = append(out, w.Manager+"/"+w.Controller)
-		}
+		out = append(out, w.Manager+"/"+w.Controller)
 	}
 	return out
 }

@@ -71,7 +71,7 @@ func (c *Case) writeRecord(points, firedAt []string, end map[string]map[string]s
 		r.Externals = append(r.Externals, name)
 	}
 	sort.Strings(r.Externals)
-	for _, w := range c.Writes(WriteFilter{}) {
+	for _, w := range c.Writes(WriteFilter{IncludeRejected: true}) {
 		if w.Manager == caseManager {
 			continue
 		}

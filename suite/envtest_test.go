@@ -250,7 +250,7 @@ func testWrappedController(t *testing.T, s *Suite) {
 	}
 	NewWithT(t).Eventually(func() []Pass { return closed.Passes(PassFilter{Gated: true}) }).WithTimeout(patience).
 		ShouldNot(BeEmpty(), "no gated pass recorded for the unadmitted namespace")
-	if real := closed.Passes(PassFilter{}); len(real) != 0 || len(closed.Writes(WriteFilter{Manager: "op"})) != 0 {
+	if real := closed.Passes(PassFilter{}); len(real) != 0 || len(closed.Writes(WriteFilter{Manager: "op", IncludeRejected: true})) != 0 {
 		t.Fatalf("a request from an unadmitted namespace reached the reconciler: %d passes", len(real))
 	}
 }
@@ -533,7 +533,7 @@ func testLeaderElection(t *testing.T, s *Suite) {
 	}
 	g.Eventually(func() []Write { return c.Writes(WriteFilter{Name: "first", Manager: leader.Name}) }).WithTimeout(patience).ShouldNot(BeEmpty())
 	c.RequireQuiescent(300*time.Millisecond, patience)
-	if ws, ps := c.Writes(WriteFilter{Manager: follower.Name}), c.Passes(PassFilter{Manager: follower.Name}); len(ws)+len(ps) != 0 {
+	if ws, ps := c.Writes(WriteFilter{Manager: follower.Name, IncludeRejected: true}), c.Passes(PassFilter{Manager: follower.Name}); len(ws)+len(ps) != 0 {
 		t.Fatalf("the follower %s ran while %s led: %d writes, %d passes", follower.Name, leader.Name, len(ws), len(ps))
 	}
 
@@ -545,7 +545,7 @@ func testLeaderElection(t *testing.T, s *Suite) {
 		t.Fatal(err)
 	}
 	g.Eventually(func() []Write { return c.Writes(WriteFilter{Name: "second", Manager: follower.Name}) }).WithTimeout(patience).ShouldNot(BeEmpty())
-	if ws := c.Writes(WriteFilter{Name: "second", Manager: leader.Name}); len(ws) != 0 {
+	if ws := c.Writes(WriteFilter{Name: "second", Manager: leader.Name, IncludeRejected: true}); len(ws) != 0 {
 		t.Fatalf("the stopped leader %s wrote: %v", leader.Name, ws)
 	}
 }

@@ -21,7 +21,7 @@ import (
 // (the event stream sees only those); for another kind the map is empty.
 func (c *Case) FieldWriters(kind, name string) map[string][]string {
 	byRV := map[string][]Write{}
-	for _, w := range c.s.rec.writes(c.Namespace, WriteFilter{Kind: kind, Name: name}) {
+	for _, w := range c.s.rec.writes(c.Namespace, WriteFilter{Kind: kind, Name: name, IncludeRejected: true}) {
 		if w.ResourceVersion != "" {
 			byRV[w.ResourceVersion] = append(byRV[w.ResourceVersion], w)
 		}

@@ -545,7 +545,7 @@ func (s *Suite) writers(ns string) []string {
 		}
 	}
 	s.mu.Unlock()
-	for _, w := range s.rec.writes(ns, WriteFilter{}) {
+	for _, w := range s.rec.writes(ns, WriteFilter{IncludeRejected: true}) {
 		if w.Manager != caseManager {
 			set[w.writer()] = true
 		}

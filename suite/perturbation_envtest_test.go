@@ -52,7 +52,7 @@ func testPerturbation(t *testing.T, s *Suite) {
 		c := s.NewCase(t)
 		c.Perturb(perturb.Point{Mode: perturb.Conflict, Writer: "op/configmap", Object: "ConfigMap/m", Trigger: perturb.Nth(1)})
 		createSeen(t, c, "m")
-		ws := c.Writes(WriteFilter{Manager: "op"})
+		ws := c.Writes(WriteFilter{Manager: "op", IncludeRejected: true})
 		if len(ws) < 2 || !apierrors.IsConflict(ws[0].Err) || ws[0].Point != "conflict@op/configmap:ConfigMap/m#1" || ws[1].Err != nil || ws[1].Point != "" {
 			t.Fatalf("writes %v: want the first refused with a conflict by the point, the retry through", ws)
 		}
@@ -145,7 +145,7 @@ func testPerturbation(t *testing.T, s *Suite) {
 		// The marker's write of cs is its second change: op's cache holds it until one more write.
 		c.Perturb(perturb.Point{Mode: perturb.Stale, Writer: "op", Object: "ConfigMap/cs", Trigger: perturb.Change(2), For: 1})
 		createSeen(t, c, "cc")
-		ws := c.Writes(WriteFilter{Manager: "op", Name: "cc"})
+		ws := c.Writes(WriteFilter{Manager: "op", Name: "cc", IncludeRejected: true})
 		if len(ws) < 2 || !apierrors.IsConflict(ws[0].Err) || ws[0].Point != "conflict@op/configmap:ConfigMap/cc^1" {
 			t.Fatalf("writes %v: want the marker's first write after cc's creation refused by the change point, the retry through", ws)
 		}

@@ -217,12 +217,18 @@ func (r *recorder) endPass(p *Pass, gated bool, err error, after, asked time.Dur
 	r.notify.signal()
 }
 
-// WriteFilter selects a Case's writes; a zero field matches anything.
+// WriteFilter selects a Case's writes; a zero field matches anything, except that writes the API server
+// (or a perturbation point, or a stopped manager's fence) refused are left out unless IncludeRejected is set:
+// a refused write changed nothing, and an assertion that a writer wrote must not be met by its failed
+// attempt.
 type WriteFilter struct {
 	Name, Kind, Manager, Controller, Subresource string
 	Verb                                         Verb
 	// Since keeps writes at or after this time.
 	Since time.Time
+	// IncludeRejected keeps refused writes too (Write.Err set): for an assertion that nobody even tried to
+	// write, or one about the refusals themselves.
+	IncludeRejected bool
 }
 
 func (f WriteFilter) match(ns string, w Write) bool {
@@ -240,6 +246,9 @@ func (f WriteFilter) String() string {
 	if !f.Since.IsZero() {
 		parts = append(parts, "since="+f.Since.Format("15:04:05.000"))
 	}
+	if f.IncludeRejected {
+		parts = append(parts, "rejected included")
+	}
 	if len(parts) == 0 {
 		return "any write"
 	}
@@ -251,7 +260,8 @@ func (f WriteFilter) fits(w Write) bool {
 	return (f.Name == "" || f.Name == w.Name) &&
 		(f.Kind == "" || f.Kind == w.Kind) && (f.Manager == "" || f.Manager == w.Manager) &&
 		(f.Controller == "" || f.Controller == w.Controller) && (f.Verb == "" || f.Verb == w.Verb) &&
-		(f.Subresource == "" || f.Subresource == w.Subresource) && !w.Time.Before(f.Since)
+		(f.Subresource == "" || f.Subresource == w.Subresource) && !w.Time.Before(f.Since) &&
+		(f.IncludeRejected || w.Err == nil)
 }
 
 // writes returns the recorded writes in namespace ns that match f, oldest first.

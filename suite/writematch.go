@@ -13,7 +13,9 @@ import (
 //	Consistently(func() []suite.Write { return c.Writes(suite.WriteFilter{Controller: "shard", Since: t0}) }).
 //		WithTimeout(time.Second).Should(BeEmpty())
 //
-// for no write at all by a controller over a window. Errors: an actual value that is not a Write.
+// for no accepted write by a controller over a window (IncludeRejected: no attempt either). BeWrite matches as
+// Case.Writes filters, refused writes left out unless the filter includes them. Errors: an actual value that
+// is not a Write.
 func BeWrite(f WriteFilter) types.GomegaMatcher { return writeMatcher{f} }
 
 type writeMatcher struct{ f WriteFilter }
@@ -23,7 +25,7 @@ func (m writeMatcher) Match(actual any) (bool, error) {
 	if !ok {
 		return false, fmt.Errorf("BeWrite expects a suite.Write, got %T", actual)
 	}
-	return m.f.fits(w) && !w.Time.Before(m.f.Since), nil
+	return m.f.fits(w), nil
 }
 
 func (m writeMatcher) FailureMessage(actual any) string {

@@ -22,7 +22,8 @@ func TestBeWriteComposesWithGomega(t *testing.T) {
 	}
 	status := BeWrite(WriteFilter{Controller: "shard", Subresource: "status"})
 	apply := BeWrite(WriteFilter{Controller: "tablegroup", Verb: VerbApply})
-	pod := BeWrite(WriteFilter{Kind: "Pod", Name: "p"})
+	pod := BeWrite(WriteFilter{Kind: "Pod", Name: "p", IncludeRejected: true})
+	g.Expect(ws[2]).NotTo(BeWrite(WriteFilter{Kind: "Pod", Name: "p"}), "a refused write matched a filter that leaves refused writes out")
 
 	g.Expect(ws).To(HaveExactElements(status, apply, pod))
 	g.Expect(ws).NotTo(HaveExactElements(apply, status, pod), "the order was not checked")

@@ -192,7 +192,7 @@ var _ = Describe("kuberay", func() {
 		// One create made the RayCluster. A pass that began before the rayjob controller's cache held it may
 		// try again and be refused with AlreadyExists (seen under -race on a busy machine): an ordinary retry.
 		var creates []suite.Write
-		for _, w := range c.Writes(suite.WriteFilter{Kind: "RayCluster", Name: cluster, Verb: suite.VerbCreate}) {
+		for _, w := range c.Writes(suite.WriteFilter{Kind: "RayCluster", Name: cluster, Verb: suite.VerbCreate, IncludeRejected: true}) {
 			if w.Err == nil {
 				creates = append(creates, w)
 			} else {
@@ -302,7 +302,7 @@ var _ = Describe("kuberay", func() {
 		Expect(submitter.Status.Succeeded).To(BeEquivalentTo(1))
 		Expect(submitter.Status.Conditions).To(ContainElement(And(HaveField("Type", batchv1.JobComplete),
 			HaveField("Status", corev1.ConditionTrue))), "the real Job controller's Complete condition")
-		Expect(c.Writes(suite.WriteFilter{Kind: "Job", Subresource: "status"})).To(BeEmpty(),
+		Expect(c.Writes(suite.WriteFilter{Kind: "Job", Subresource: "status", IncludeRejected: true})).To(BeEmpty(),
 			"only kube-controller-manager's Job controller (not recorded) writes the Job's status")
 		pods := &corev1.PodList{}
 		Expect(c.List(pods, client.MatchingLabels{"batch.kubernetes.io/job-name": submitter.Name})).To(Succeed())
@@ -368,7 +368,7 @@ var _ = Describe("kuberay", func() {
 		}
 		Expect(sliced).To(HaveLen(len(addrs)), "the EndpointSlice of %s", serveSvc)
 		for _, k := range []string{"Endpoints", "EndpointSlice"} {
-			Expect(c.Writes(suite.WriteFilter{Kind: k})).To(BeEmpty(), "nobody in the suite writes %s", k)
+			Expect(c.Writes(suite.WriteFilter{Kind: k, IncludeRejected: true})).To(BeEmpty(), "nobody in the suite writes %s", k)
 		}
 		took := c.RequireQuiescent(time.Second, 20*time.Second)
 		AddReportEntry("RayService Ready", fmt.Sprintf("Ready %s after create with %d serve endpoints %v (EndpointSlice %v); "+
@@ -429,7 +429,7 @@ var _ = Describe("kuberay", func() {
 			}
 			Expect(rs.Spec.Replicas).To(HaveValue(Equal(want)), "ReplicaSet %s", rs.Name)
 		}
-		Expect(c.Writes(suite.WriteFilter{Kind: "ReplicaSet"})).To(BeEmpty(), "nobody in the suite writes ReplicaSets")
+		Expect(c.Writes(suite.WriteFilter{Kind: "ReplicaSet", IncludeRejected: true})).To(BeEmpty(), "nobody in the suite writes ReplicaSets")
 		c.RequireQuiescent(time.Second, 20*time.Second)
 		AddReportEntry("Deployment", fmt.Sprintf("3/3 available %s after create; new template rolled out in %s",
 			available.Round(time.Millisecond), rollout.Round(time.Millisecond)), ReportEntryVisibilityAlways)
