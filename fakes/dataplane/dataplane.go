@@ -57,6 +57,9 @@ type Options struct {
 	// address NodeInternalIP and pod CIDR PodCIDR) and binds every unscheduled pod to. Default
 	// "ensemble-node" (DefaultNodeName).
 	NodeName string
+	// KubeletVersion is the kubelet version the Node reports (status.nodeInfo.kubeletVersion, e.g. "v1.37.2").
+	// Empty reports the API server's own version, read at setup, as a node of a fresh cluster does.
+	KubeletVersion string
 	// NodeLeaseRenewInterval is how often the kubelet renews its node's Lease (namespace kube-node-lease,
 	// name NodeName, duration 40 s), so that a node lifecycle controller keeps the node Ready. Default 10s,
 	// as the real kubelet; negative: no Lease at all.

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	corev1ac "k8s.io/client-go/applyconfigurations/core/v1"
+	"k8s.io/client-go/discovery"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -52,6 +53,8 @@ type kubelet struct {
 	Client client.Client
 	// managerClient is true when Client came from a manager in SetupWithManager.
 	managerClient bool
+	// version is the kubelet version the Node reports: Options.KubeletVersion, else the API server's.
+	version string
 
 	opts    Options
 	log     *writeLog
@@ -123,6 +126,17 @@ func (k *kubelet) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if k.version = k.opts.KubeletVersion; k.version == "" {
+		dc, err := discovery.NewDiscoveryClientForConfig(mgr.GetConfig())
+		if err != nil {
+			return fmt.Errorf("read the API server's version for node %s: %w", k.opts.NodeName, err)
+		}
+		v, err := dc.ServerVersion()
+		if err != nil {
+			return fmt.Errorf("read the API server's version for node %s (set Options.KubeletVersion to skip it): %w", k.opts.NodeName, err)
+		}
+		k.version = v.GitVersion
+	}
 	if err := k.ensureNode(ctx); err != nil {
 		return fmt.Errorf("register node %s: %w", k.opts.NodeName, err)
 	}

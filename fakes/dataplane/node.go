@@ -14,8 +14,6 @@ import (
 	coordinationv1ac "k8s.io/client-go/applyconfigurations/coordination/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
-
-	"github.com/ensembletest/ensemble/internal/controlplane"
 )
 
 // The kubelet's node.
@@ -63,7 +61,7 @@ func (k *kubelet) node(now time.Time) *corev1.Node {
 				{Type: corev1.NodeHostName, Address: name},
 			},
 			NodeInfo: corev1.NodeSystemInfo{OperatingSystem: "linux", Architecture: runtime.GOARCH,
-				ContainerRuntimeVersion: "ensemble://", KubeletVersion: "v" + controlplane.KubernetesVersion},
+				ContainerRuntimeVersion: "ensemble://", KubeletVersion: k.version},
 		},
 	}
 }

@@ -57,6 +57,8 @@ func TestPodBoundToNodeThroughBinding(t *testing.T) {
 	g.Expect(node.Status.Allocatable.Cpu().IsZero()).To(BeFalse())
 	g.Expect(node.Status.Allocatable.Memory().IsZero()).To(BeFalse())
 	g.Expect(node.Spec.PodCIDR).To(Equal(dataplane.PodCIDR))
+	// The API server's own version, read at setup (no Options.KubeletVersion here).
+	g.Expect(node.Status.NodeInfo.KubeletVersion).To(MatchRegexp(`^v1\.[0-9]+\.[0-9]+`))
 
 	// Its Lease is renewed by the kubelet.
 	g.Eventually(func(g Gomega) {
