@@ -165,6 +165,10 @@ type Exploration struct {
 	Wall Duration
 }
 
+// run is the command: it checks the command line, compiles the suite (unless -bin names it), then runs the
+// phases baselines, choosePoints and runPoints, and prints the table and report and writes explore.json.
+// It returns what it explored, as far as it got. Errors: check's, a compile or baseline failure, a table or
+// JSON that cannot be written.
 func run(ctx context.Context, c config, out io.Writer) (Exploration, error) {
 	start := time.Now()
 	x := Exploration{Suite: cleanSuite(c.suite), Focus: c.focus}
@@ -191,7 +195,46 @@ func run(ctx context.Context, c config, out io.Writer) (Exploration, error) {
 		}
 	}
 
-	// 1. The baselines, both of the focused specs, unperturbed.
+	// 1. The baselines; 2. the points; 3. each point on its spec alone; 4. the table, the JSON, the directory.
+	records, second, desc, err := baselines(ctx, c, r, &x, out)
+	if err != nil {
+		return x, err
+	}
+	todo, smp := choosePoints(p, records, second, &x, out)
+	took, pointsStart := runPoints(ctx, c, r, p, &x, todo, smp, desc, out)
+	x.Ran = len(x.Rows)
+	x.Wall = Duration(time.Since(start))
+	if ctx.Err() != nil {
+		fmt.Fprintf(out, "interrupted: the points that were running have verdict error\n")
+	}
+
+	fmt.Fprintln(out)
+	if err := table(out, x.Rows); err != nil {
+		return x, err
+	}
+	report(out, x, took, time.Since(pointsStart), c.repeat)
+	path := filepath.Join(r.dir, "explore.json")
+	js, err := textout.JSON(x)
+	if err != nil {
+		return x, err
+	}
+	if err := os.WriteFile(path, js, 0o644); err != nil {
+		return x, err
+	}
+	switch {
+	case !r.temp || (ctx.Err() == nil && findings(x.Rows)):
+		fmt.Fprintf(out, "every row as JSON: %s\n", path)
+	case ctx.Err() == nil:
+		r.remove(out, "no point failed, erred or disagreed")
+	}
+	return x, nil
+}
+
+// baselines runs phase 1: the focused specs twice, unperturbed, in parallel when -j allows. It returns the
+// first run's records of the specs that ran, the second's (to tell which writes every run makes), and the
+// suite's description (for the focus of a point's rerun); x.Baselines gets the two record directories.
+// Errors: an interruption, a baseline that failed or wrote no record, no spec that wrote one.
+func baselines(ctx context.Context, c config, r *runner, x *Exploration, out io.Writer) (records, second []perturb.Record, desc string, err error) {
 	bases := []string{"baseline-1", "baseline-2"}
 	var baseRuns [2]runResult
 	parallel(min(c.jobs, 2), 2, func(i int) {
@@ -199,26 +242,26 @@ func run(ctx context.Context, c config, out io.Writer) (Exploration, error) {
 	})
 	for i, res := range baseRuns {
 		if ctx.Err() != nil {
-			return x, errors.New("interrupted during the baselines")
+			return nil, nil, "", errors.New("interrupted during the baselines")
 		}
 		if err := res.baselineError(bases[i], c.focus, x.Suite); err != nil {
-			return x, err
+			return nil, nil, "", err
 		}
 		if recs, err := perturb.ReadRecords(res.records); err != nil || len(recs) == 0 {
-			return x, fmt.Errorf("%s wrote no record under %s (%v): this suite's harness does not write ENSEMBLE_EXPLORE's records yet, or its focused specs make no suite.Case", bases[i], res.records, err)
+			return nil, nil, "", fmt.Errorf("%s wrote no record under %s (%v): this suite's harness does not write ENSEMBLE_EXPLORE's records yet, or its focused specs make no suite.Case", bases[i], res.records, err)
 		}
 		fmt.Fprintf(out, "%s: %s passed in %s\n", bases[i], textout.Count(res.ran(), "spec", "specs"), res.Took.Round(time.Second))
 		x.Baselines = append(x.Baselines, res.records)
 	}
-	records, err := perturb.ReadRecords(baseRuns[0].records)
+	records, err = perturb.ReadRecords(baseRuns[0].records)
 	if err != nil {
-		return x, fmt.Errorf("baseline-1: %w", err)
+		return nil, nil, "", fmt.Errorf("baseline-1: %w", err)
 	}
-	second, err := perturb.ReadRecords(baseRuns[1].records)
+	second, err = perturb.ReadRecords(baseRuns[1].records)
 	if err != nil {
-		return x, fmt.Errorf("baseline-2: %w", err)
+		return nil, nil, "", fmt.Errorf("baseline-2: %w", err)
 	}
-	desc := baseRuns[0].description()
+	desc = baseRuns[0].description()
 	records, left := ofSpecs(records, baseRuns[0].specs())
 	if len(left) > 0 {
 		fmt.Fprintf(out, "not explored: %s of no spec that ran (a suite node's case, such as a sentinel's), namespaces %s\n",
@@ -230,12 +273,17 @@ func run(ctx context.Context, c config, out io.Writer) (Exploration, error) {
 		}
 	}
 	if len(records) == 0 {
-		return x, errors.New("no spec that ran wrote a record: there is nothing to perturb")
+		return nil, nil, "", errors.New("no spec that ran wrote a record: there is nothing to perturb")
 	}
 
-	// 2. The points.
-	var todo []SpecPoint
-	var smp *sampler
+	return records, second, desc, nil
+}
+
+// choosePoints runs phase 2: the points -points gives, on every spec, or the enumeration of every point over
+// the baselines' writes and changes, taken in the sampler's order as far as a point budget goes (todo) or
+// handed out while a time budget lasts (smp, nil with a point budget or -points). It says on out what it
+// could not explore and sets x's counts.
+func choosePoints(p plan, records, second []perturb.Record, x *Exploration, out io.Writer) (todo []SpecPoint, smp *sampler) {
 	if p.points != nil {
 		for _, spec := range specNames(records) {
 			for _, pt := range p.points {
@@ -276,9 +324,14 @@ func run(ctx context.Context, c config, out io.Writer) (Exploration, error) {
 		}
 	}
 
-	// 3. Each point on its spec alone.
+	return todo, smp
+}
+
+// runPoints runs phase 3: each point on its spec alone, -repeat times, -j at a time, into x.Rows. It returns
+// every run's time and when the points began.
+func runPoints(ctx context.Context, c config, r *runner, p plan, x *Exploration, todo []SpecPoint, smp *sampler, desc string, out io.Writer) (took []time.Duration, pointsStart time.Time) {
 	baseline := strings.Join(x.Baselines, string(os.PathListSeparator))
-	pointsStart := time.Now()
+	pointsStart = time.Now()
 	// next hands out the next point and its row: todo's in turn, or with a time budget the sampler's while
 	// the budget lasts.
 	var mu sync.Mutex
@@ -303,7 +356,6 @@ func run(ctx context.Context, c config, out io.Writer) (Exploration, error) {
 		return sp, len(x.Rows) - 1, true
 	}
 	var done int
-	var took []time.Duration
 	workers(c.jobs, next, func(sp SpecPoint, i int) {
 		dir := filepath.Join(r.dir, "points", pointDir(i, sp))
 		var outs []Outcome
@@ -330,32 +382,7 @@ func run(ctx context.Context, c config, out io.Writer) (Exploration, error) {
 		fmt.Fprintf(out, "[%d] %s on %q: %s in %s\n", done, row.Point, textout.Cut(sp.Spec, 60), verdictCell(row), time.Duration(runTook[len(runTook)-1]).Round(time.Second))
 		mu.Unlock()
 	})
-	x.Ran = len(x.Rows)
-	x.Wall = Duration(time.Since(start))
-	if ctx.Err() != nil {
-		fmt.Fprintf(out, "interrupted: the points that were running have verdict error\n")
-	}
-
-	fmt.Fprintln(out)
-	if err := table(out, x.Rows); err != nil {
-		return x, err
-	}
-	report(out, x, took, time.Since(pointsStart), c.repeat)
-	path := filepath.Join(r.dir, "explore.json")
-	js, err := textout.JSON(x)
-	if err != nil {
-		return x, err
-	}
-	if err := os.WriteFile(path, js, 0o644); err != nil {
-		return x, err
-	}
-	switch {
-	case !r.temp || (ctx.Err() == nil && findings(x.Rows)):
-		fmt.Fprintf(out, "every row as JSON: %s\n", path)
-	case ctx.Err() == nil:
-		r.remove(out, "no point failed, erred or disagreed")
-	}
-	return x, nil
+	return took, pointsStart
 }
 
 // findings says a row has something to look at in its run directory: a failure, an error, verdicts that
