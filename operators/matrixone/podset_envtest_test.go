@@ -124,13 +124,19 @@ func runManager(t *testing.T, opts ctrl.Options, setup func(ctrl.Manager) error)
 // restarts that happen together overlap visibly.
 const readyDelay = 150 * time.Millisecond
 
+// restartReadyDelay is readyDelay for TestConfigRevisionRestart, whose live side asks whether every pod of a
+// set went down before the first came back: the kubelet stand-in takes the pods' restarts one after the other,
+// which spread over 400 ms under -race at load 7, longer than readyDelay; 1 s keeps the verdict about the
+// operator's order, not the machine's speed.
+const restartReadyDelay = time.Second
+
 // startDataPlane runs fakes/dataplane (kubelet + GC) for namespaces only, restarting a pod in place when
-// its config suffix changes.
-func startDataPlane(t *testing.T, namespaces ...string) *dataplane.DataPlane {
+// its config suffix changes; a restarted pod is Ready again after ready.
+func startDataPlane(t *testing.T, ready time.Duration, namespaces ...string) *dataplane.DataPlane {
 	t.Helper()
 	dp := dataplane.New(dataplane.Options{
 		RestartAnnotations: []string{matrixone.AnnotationConfigSuffix},
-		ReadyDelay:         readyDelay,
+		ReadyDelay:         ready,
 	})
 	scope := map[string]cache.Config{}
 	for _, ns := range namespaces {
@@ -288,7 +294,7 @@ func TestPodSetsUpScaleDelete(t *testing.T) {
 	g := NewWithT(t)
 	ctx := context.Background()
 	ns := newNamespace(t, "mo-up-")
-	dp := startDataPlane(t, ns)
+	dp := startDataPlane(t, readyDelay, ns)
 	startOperator(t, operatorOptions(ns, "r1", true, false))
 
 	// DNSet and ProxySet first: they wait for their LogSet (no finalizer, no ConfigMap, no pods).
@@ -430,7 +436,7 @@ func TestConfigRevisionRestart(t *testing.T) {
 			ctx := context.Background()
 			const replicas = 2
 			ns := newNamespace(t, "mo-roll-")
-			dp := startDataPlane(t, ns)
+			dp := startDataPlane(t, restartReadyDelay, ns)
 			stop := startOperator(t, operatorOptions(ns, "r1", live, false))
 			createCluster(t, ns, replicas)
 			g.Eventually(func(g Gomega) { expectClusterReady(g, ns, "r1", replicas) }).
@@ -457,7 +463,7 @@ func TestConfigRevisionRestart(t *testing.T) {
 				for name := range uids {
 					g.Expect(dp.RestartCount(ns, name)).To(BeEquivalentTo(1), name)
 				}
-			}).WithTimeout(3 * readyDelay).Should(Succeed())
+			}).WithTimeout(3 * restartReadyDelay).Should(Succeed())
 			g.Expect(envClient.List(ctx, pods, client.InNamespace(ns))).To(Succeed())
 			for _, p := range pods.Items {
 				g.Expect(string(p.UID)).To(Equal(uids[p.Name]), p.Name)
@@ -615,7 +621,7 @@ func TestUnscopedOperator(t *testing.T) {
 	ctx := context.Background()
 	const replicas = 2
 	ns1, ns2 := newNamespace(t, "mo-test-"), newNamespace(t, "mo-sentinel-")
-	dp := startDataPlane(t, ns1, ns2)
+	dp := startDataPlane(t, readyDelay, ns1, ns2)
 
 	sentinel := operatorOptions(ns2, "r1", false, false)
 	sentinel.LeaderElectionID = "sentinel.matrixorigin.io"
