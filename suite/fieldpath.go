@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -37,7 +38,8 @@ func under(path, prefix string) bool {
 	return path == prefix || strings.HasPrefix(path, prefix+".") || strings.HasPrefix(path, prefix+"[")
 }
 
-// listShape is how a list's elements are selected: by key fields (keys, sorted) or as a set of scalars.
+// listShape is how a list's elements are selected: by key fields (keys, sorted: every key any element of the
+// list was keyed by, since a schema may let a key be absent) or as a set of scalars.
 type listShape struct {
 	keys []string
 	set  bool
@@ -112,10 +114,12 @@ func shapesOf(prefix string, set map[string]any, out map[string]listShape) {
 			p = join(prefix, k[2:])
 		case strings.HasPrefix(k, "k:"):
 			var kv map[string]any
-			if _, seen := out[prefix]; !seen && json.Unmarshal([]byte(k[2:]), &kv) == nil {
-				keys := make([]string, 0, len(kv))
+			if json.Unmarshal([]byte(k[2:]), &kv) == nil {
+				keys := out[prefix].keys
 				for key := range kv {
-					keys = append(keys, key)
+					if !slices.Contains(keys, key) {
+						keys = append(keys, key)
+					}
 				}
 				sort.Strings(keys)
 				out[prefix] = listShape{keys: keys}
@@ -154,7 +158,9 @@ func scalar(v any) string {
 	case int64:
 		return strconv.FormatInt(t, 10)
 	case float64:
-		return strconv.FormatFloat(t, 'g', -1, 64)
+		// 'f', not 'g': a JSON number decoded as float64 (a fieldsV1 key) must read as the int64 the object
+		// holds, 2000000 and not 2e+06.
+		return strconv.FormatFloat(t, 'f', -1, 64)
 	}
 	return fmt.Sprint(v)
 }
@@ -167,15 +173,16 @@ func selector(e any, i int, shape listShape, known bool) string {
 	case known && shape.set && !isMap:
 		return scalar(e)
 	case known && len(shape.keys) > 0 && isMap:
+		// The keys the element has, as its fieldsV1 entry names them (an optional key may be absent).
 		kv := map[string]any{}
 		for _, k := range shape.keys {
-			v, ok := em[k]
-			if !ok {
-				return strconv.Itoa(i)
+			if v, ok := em[k]; ok {
+				kv[k] = v
 			}
-			kv[k] = v
 		}
-		return keyedSelector(kv)
+		if len(kv) > 0 {
+			return keyedSelector(kv)
+		}
 	case isMap:
 		for _, k := range []string{"type", "name", "conditionType"} {
 			if s, ok := em[k].(string); ok {

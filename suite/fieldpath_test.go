@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"github.com/ensembletest/ensemble/internal/recordtb"
 )
@@ -106,6 +107,35 @@ func TestOwnershipAndChangesShareOneDialect(t *testing.T) {
 	for _, path := range []string{"metadata.finalizers[example.com/f]", "spec.containers[name=c].ports[containerPort=80,protocol=TCP].name"} {
 		if got := own.Owners(path); len(got) != 1 || got[0] != "op" {
 			t.Errorf("Owners(%s) = %v, want [op]", path, got)
+		}
+	}
+}
+
+// TestDialectOptionalKeysAndLargeNumbers: a list-map element without an optional key is keyed by the keys
+// it has, whatever order the managedFields entries are read in, and a number of a million or more reads the
+// same in flatten and in Ownership (2000000, not 2e+06).
+func TestDialectOptionalKeysAndLargeNumbers(t *testing.T) {
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "example.com/v1", "kind": "Thing", "metadata": map[string]any{"name": "t"},
+		"spec": map[string]any{
+			"refs":   []any{map[string]any{"name": "a", "namespace": "n", "x": "1"}, map[string]any{"name": "b", "x": "2"}},
+			"shards": []any{map[string]any{"id": int64(2000000), "x": "3"}},
+		},
+	}}
+	u.SetManagedFields([]metav1.ManagedFieldsEntry{{Manager: "op", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{` +
+		`"f:refs":{"k:{\"name\":\"a\",\"namespace\":\"n\"}":{"f:x":{}},"k:{\"name\":\"b\"}":{"f:x":{}}},` +
+		`"f:shards":{"k:{\"id\":2000000}":{"f:x":{}}}}}`)}}})
+	own, err := OwnershipOf(u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 5 { // map order varies from run to run
+		clear(shapeCache.m)
+		flat := flatten(u)
+		for _, path := range own["op"] {
+			if _, ok := flat[path]; !ok {
+				t.Fatalf("Ownership's %s is not a field of flatten's:\n%s", path, strings.Join(slices.Sorted(maps.Keys(flat)), "\n"))
+			}
 		}
 	}
 }

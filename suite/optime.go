@@ -5,9 +5,10 @@ import "time"
 // OperatorTimeline undoes requeue compression for the passes of one controller key (oldest first): it
 // returns each pass's start in the operator's own time, measured from the first pass. The gap before a pass
 // its predecessor's delayed requeue woke (Pass.Requeued) counts as the delay that predecessor asked for; the
-// gap before any other pass (an event woke it, Pass.Event) counts as the wall time it took. Both are read from
-// the controller's queue, so a loaded machine stretches the timeline's event gaps, never mistakes one wake
-// for the other. Divide by a fixture's time scale to get the real operator's seconds.
+// gap before any other pass (an event woke it, Pass.Event, or it retries an error) counts as the wall time it
+// took. Both flags are read from the controller's queue, so a loaded machine stretches the timeline's event
+// gaps, never mistakes one wake for the other. Divide by a fixture's time scale to get the real operator's
+// seconds.
 func OperatorTimeline(passes []Pass) []time.Duration {
 	out := make([]time.Duration, len(passes))
 	for i := 1; i < len(passes); i++ {
@@ -21,7 +22,8 @@ func OperatorTimeline(passes []Pass) []time.Duration {
 	return out
 }
 
-// Wakes counts what woke the passes of one controller key, as CountWakes reads them.
+// Wakes counts what woke the passes of one controller key, as CountWakes reads them. A pass that retries an
+// error (controller-runtime's rate-limited retry) is in neither count.
 type Wakes struct {
 	// Events counts the passes an event woke (Pass.Event), the key's first pass aside.
 	Events int

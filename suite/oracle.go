@@ -61,7 +61,9 @@ type oracleSpec struct {
 }
 
 // oracleTable registers every oracle once, in the order a case's end runs them. An oracle is its constant
-// above, its row here and its check: nothing else names it.
+// above, its row here and its check; an oracle's own behaviour elsewhere (a hot-loop threshold a quiescence
+// wait shares, Convergence's end state that Differential needs) names it there, but no list of oracles is
+// kept anywhere else.
 var oracleTable = []oracleSpec{
 	{HotLoop, "HotLoop", "an object's writers answering each other's writes at 10/s or more for 1.5 s", (*Case).hotLoopErrors},
 	{SharedFields, "SharedFields", "a field owned by two field managers at the case's end", (*Case).sharedFieldErrors},

@@ -124,8 +124,10 @@ type Pass struct {
 	// however late its event arrived. Read from the controller's queue, so it does not depend on the load.
 	Event bool
 	// Requeued is true when no event queued the request (Event is false) and the previous pass of this
-	// controller key asked for a delayed requeue: that requeue woke the pass. Read from the queue as Event
-	// is. Under requeue compression and a fixture's time scale such passes run far sooner than in production.
+	// controller key ended without an error and asked for a delayed requeue: that requeue woke the pass. Read
+	// from the queue as Event is. A pass after one that returned an error is neither Event nor Requeued:
+	// controller-runtime retries an error with its rate limiter and ignores the delay asked. Under requeue
+	// compression and a fixture's time scale requeue-woken passes run far sooner than in production.
 	Requeued bool
 }
 
@@ -191,7 +193,7 @@ func (r *recorder) beginPass(manager, controller string, req ctrl.Request) *Pass
 	p := &Pass{ID: int64(len(r.passLog) + 1), Manager: manager, Controller: controller, Request: req, N: r.perKey[k], Start: time.Now()}
 	if prev := r.lastPass[k]; prev != nil {
 		p.Event = r.queued[k].After(prev.Start)
-		p.Requeued = !p.Event && prev.Asked > 0
+		p.Requeued = !p.Event && prev.Asked > 0 && prev.Err == nil
 	} else {
 		p.Event = true
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/onsi/gomega/types"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -343,6 +344,24 @@ func TestOperatorTimelineUndoesCompression(t *testing.T) {
 	}
 	if w := CountWakes(ps); w != (Wakes{Events: 2, Requeues: 2, RequeueTime: 11 * time.Second}) {
 		t.Fatalf("CountWakes = %+v, want 2 events, 2 requeues, 11 s of requeue time", w)
+	}
+}
+
+// TestAnErrorRetryIsNoRequeue: a pass that returned an error is retried by controller-runtime's rate limiter,
+// whatever delay it asked; the next pass is neither requeue-woken nor event-woken, and its gap is wall time.
+func TestAnErrorRetryIsNoRequeue(t *testing.T) {
+	r := newRecorder(newScheme(), newBroadcast())
+	req := ctrl.Request{}
+	req.Namespace, req.Name = "ns", "a"
+	first := r.beginPass("m", "c", req)
+	r.endPass(first, false, errors.New("boom"), 50*time.Millisecond, 30*time.Second)
+	retry := r.beginPass("m", "c", req)
+	if retry.Requeued || retry.Event {
+		t.Fatalf("the retry of a failed pass: Requeued %v, Event %v; want neither", retry.Requeued, retry.Event)
+	}
+	r.endPass(retry, false, nil, 50*time.Millisecond, 30*time.Second)
+	if next := r.beginPass("m", "c", req); !next.Requeued {
+		t.Fatal("a pass after one that succeeded and asked 30 s: want Requeued")
 	}
 }
 

@@ -111,7 +111,7 @@ type Trigger struct {
 	Kind TriggerKind
 	// N is the count of NthWrite, EveryWrite and NthChange, from 1.
 	N int
-	// Rate is WriteRate's fraction, in (0, 1].
+	// Rate is WriteRate's fraction, in [1e-06, 1].
 	Rate float64
 }
 
@@ -121,7 +121,7 @@ func Nth(n int) Trigger { return Trigger{Kind: NthWrite, N: n} }
 // Every is the trigger that fires on every n-th counted write.
 func Every(n int) Trigger { return Trigger{Kind: EveryWrite, N: n} }
 
-// Rate is the trigger that fires on a fraction r in (0, 1] of the counted writes.
+// Rate is the trigger that fires on a fraction r in [1e-06, 1] of the counted writes.
 func Rate(r float64) Trigger { return Trigger{Kind: WriteRate, Rate: r} }
 
 // Change is the trigger that fires on the n-th change of the point's Object (n from 1).
@@ -132,10 +132,13 @@ func (t Trigger) OnChange() bool { return t.Kind == NthChange }
 
 // String renders t as Point.String writes it: "#3", "%2", "~0.25" or "^1".
 func (t Trigger) String() string {
-	if t.Kind == WriteRate {
+	switch t.Kind {
+	case WriteRate:
 		return "~" + strconv.FormatFloat(t.Rate, 'g', -1, 64)
+	case NthWrite, EveryWrite, NthChange:
+		return string(rune(t.Kind)) + strconv.Itoa(t.N)
 	}
-	return string(rune(t.Kind)) + strconv.Itoa(t.N)
+	return "(no trigger)"
 }
 
 // Fires reports whether the point fires on the n-th counted write or change (from 1).
@@ -226,6 +229,10 @@ func (p Point) String() string {
 	return b.String()
 }
 
+// unwritable are the characters Point.String gives a meaning to after the writer, so a writer or object
+// holding one could not be read back.
+const unwritable = "@#%~^+() \t\n;"
+
 // grammar is repeated in Parse's errors, so a typo is answered with the form to use.
 const grammar = "mode[(system[,latency])]@writer[:Kind/name](#n|%n|~rate|^n)[+for], e.g. conflict@multigres/multigres-shard#3"
 
@@ -285,7 +292,7 @@ func Parse(s string) (Point, error) {
 	if p.Trigger.Kind == WriteRate {
 		r, err := strconv.ParseFloat(trig[1:], 64)
 		if err != nil {
-			return fail("rate %q is not a fraction in (0, 1]", trig[1:])
+			return fail("rate %q is not a fraction in [1e-06, 1]", trig[1:])
 		}
 		p.Trigger.Rate = r
 	} else {
@@ -303,23 +310,27 @@ func Parse(s string) (Point, error) {
 
 // Validate reports whether p can be carried out, the one check Parse and Case.Perturb share. Errors: an
 // unknown mode, a system on a mode that takes none (or none on Down and Slow), a latency on a mode other
-// than Slow (or none on it), an empty writer or one with more than one '/', an object that is not
-// Kind/name, no trigger or a count that is not positive (a rate outside (0, 1]), a change trigger without
+// than Slow (or none on it), an empty writer or one with more than one '/', a writer or object holding a character the point's
+// string gives a meaning to (unwritable, and ':' in a writer), an object that is not
+// Kind/name, no trigger or a count that is not positive (a rate outside [1e-06, 1] or NaN), a change trigger without
 // an object, a negative For or For on a mode that is not held.
 func (p Point) Validate() error {
 	if err := p.validateMode(); err != nil {
 		return err
 	}
-	if p.Writer == "" || strings.Count(p.Writer, "/") > 1 {
-		return fmt.Errorf("writer %q is not a manager or manager/controller", p.Writer)
+	if p.Writer == "" || strings.Count(p.Writer, "/") > 1 || strings.ContainsAny(p.Writer, unwritable+":") {
+		return fmt.Errorf("writer %q is not a manager or manager/controller the point's string can carry (no %q, %q)", p.Writer, unwritable, ":")
 	}
 	if p.Object != "" {
-		if k, n, ok := strings.Cut(p.Object, "/"); !ok || k == "" || n == "" || strings.Contains(n, "/") {
-			return fmt.Errorf("object %q is not Kind/name", p.Object)
+		if k, n, ok := strings.Cut(p.Object, "/"); !ok || k == "" || n == "" || strings.Contains(n, "/") || strings.ContainsAny(p.Object, unwritable) {
+			return fmt.Errorf("object %q is not Kind/name the point's string can carry (no %q)", p.Object, unwritable)
 		}
 	}
 	switch t := p.Trigger; t.Kind {
 	case NthWrite, EveryWrite, NthChange:
+		if t.Rate != 0 {
+			return fmt.Errorf("trigger %s sets a Rate too: build it with Nth, Every or Change", t)
+		}
 		if t.N <= 0 {
 			return fmt.Errorf("trigger %q is not %c and a positive number", t, rune(t.Kind))
 		}
@@ -327,8 +338,9 @@ func (p Point) Validate() error {
 			return fmt.Errorf("a change trigger ^%d counts the changes of one object: name it, as %s:Kind/name^%d", t.N, p.Writer, t.N)
 		}
 	case WriteRate:
-		if t.Rate <= 0 || t.Rate > 1 {
-			return fmt.Errorf("rate %v is not a fraction in (0, 1]", t.Rate)
+		// Written so that NaN fails too; below one in a million the hash never picks a write.
+		if !(t.Rate >= 1e-6 && t.Rate <= 1) || t.N != 0 {
+			return fmt.Errorf("rate %v is not a fraction in [1e-06, 1] (build it with Rate alone)", t.Rate)
 		}
 	default:
 		return errors.New("no trigger: set Trigger to Nth(n) (the n-th write), Every(n), Rate(r) or, with an Object, Change(n) (the object's n-th change)")

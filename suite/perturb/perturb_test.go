@@ -1,6 +1,7 @@
 package perturb
 
 import (
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -55,7 +56,7 @@ func TestParseNamesWhatIsWrong(t *testing.T) {
 		"conflict@multigres:Shard#3":    `object "Shard" is not Kind/name`,
 		"conflict@multigres#0":          "positive number",
 		"conflict@multigres%x":          "positive number",
-		"conflict@multigres~1.5":        "fraction in (0, 1]",
+		"conflict@multigres~1.5":        "fraction in [1e-06, 1]",
 		"conflict@multigres#3+2":        "applies to the held modes",
 		"stale@multigres#3+0":           "positive count",
 		"stale@multigres^2":             "counts the changes of one object: name it",
@@ -101,7 +102,7 @@ func TestValidateRefusesWhatParseRefuses(t *testing.T) {
 		{Point{Mode: Conflict, Writer: "m"}, "no trigger", false},
 		{Point{Mode: Conflict, Writer: "m", Trigger: Nth(0)}, "positive number", false},
 		{Point{Mode: Conflict, Writer: "m", Trigger: Change(1)}, "name it", false},
-		{Point{Mode: Conflict, Writer: "m", Trigger: Rate(2)}, "fraction in (0, 1]", false},
+		{Point{Mode: Conflict, Writer: "m", Trigger: Rate(2)}, "fraction in [1e-06, 1]", false},
 		{Point{Mode: Conflict, Writer: "m", Trigger: Trigger{Kind: 'x', N: 1}}, "no trigger", false},
 		{Point{Mode: Slow, System: "s", Writer: "m", Trigger: Nth(1)}, "needs a latency", false},
 		{Point{Mode: Conflict, Latency: time.Second, Writer: "m", Trigger: Nth(1)}, "takes no system", true},
@@ -109,6 +110,10 @@ func TestValidateRefusesWhatParseRefuses(t *testing.T) {
 		{Point{Mode: Stale, Writer: "m", Trigger: Nth(1), For: -1}, "positive count", true},
 		{Point{Mode: "boom", Writer: "m", Trigger: Nth(1)}, "unknown mode", false},
 		{Point{Mode: Conflict, Writer: "m", Object: "Pod", Trigger: Nth(1)}, "not Kind/name", false},
+		{Point{Mode: Conflict, Writer: "m", Trigger: Rate(math.NaN())}, "fraction in", false},
+		{Point{Mode: Conflict, Writer: "m", Trigger: Trigger{Kind: NthWrite, N: 1, Rate: 0.5}}, "sets a Rate too", true},
+		{Point{Mode: Conflict, Writer: "op:v2", Trigger: Nth(1)}, "can carry", false},
+		{Point{Mode: Conflict, Writer: "m", Object: "Pod/a#b", Trigger: Nth(1)}, "can carry", false},
 	} {
 		err := c.p.Validate()
 		if err == nil || !strings.Contains(err.Error(), c.want) {

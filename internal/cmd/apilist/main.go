@@ -72,7 +72,9 @@ func listing(root string) (string, error) {
 }
 
 // exported lists the package in dir's exported API (tests aside), one line per name, sorted: "func F(...)",
-// "method (*T) M(...)", "type T struct", "field T.F type", "const C T", "var V T".
+// "method (*T) M(...)", "type T struct", "field T.F type", "const C T = value", "var V T". Not listed: the
+// type and value of a constant that takes them implicitly (after iota), a type's parameters, the members an
+// unexported embedded struct promotes.
 func exported(dir string) ([]string, error) {
 	fset := token.NewFileSet()
 	pkgs, err := parser.ParseDir(fset, dir, func(fi os.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
@@ -112,13 +114,18 @@ func exported(dir string) ([]string, error) {
 								out = append(out, typeLines(s, str)...)
 							}
 						case *ast.ValueSpec:
-							for _, n := range s.Names {
+							for i, n := range s.Names {
 								if !n.IsExported() {
 									continue
 								}
 								l := d.Tok.String() + " " + n.Name
 								if s.Type != nil {
 									l += " " + str(s.Type)
+								}
+								// A constant's value is part of its contract (a mode's or an annotation's
+								// string); a value iota gives implicitly is not written, nor is a var's.
+								if d.Tok == token.CONST && i < len(s.Values) {
+									l += " = " + str(s.Values[i])
 								}
 								out = append(out, l)
 							}

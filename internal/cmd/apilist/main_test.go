@@ -44,7 +44,7 @@ var V = 2
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"const K S", "field S.A int", "field S.C []string", "field S.D []string", "method (*S) Do(ctx string) (int, error)",
+	want := []string{"const K S = 1", "field S.A int", "field S.C []string", "field S.D []string", "method (*S) Do(ctx string) (int, error)",
 		"method I.M(x int) error", "type I interface", "type S struct", "var V"}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Fatalf("listing (-want +got):\n%s", d)
