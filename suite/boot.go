@@ -397,11 +397,11 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 		logf.SetLogger(logr.Discard())
 	}
 
-	notify := newBroadcast()
+	notify, sc := newBroadcast(), newScopes()
 	s := &Suite{timelineFor: timelineFor, scheme: opts.Scheme, watchKinds: opts.WatchKinds, requeueClamp: opts.RequeueClamp, pins: opts.Pins,
 		dumpers: opts.Dumpers, artifactsDir: opts.ArtifactsDir, evidenceAsked: evidenceAsked, startTimeout: opts.StartTimeout,
 		stopTimeout: opts.StopTimeout, cleanupTimeout: opts.CleanupTimeout,
-		notify: notify, rec: newRecorder(opts.Scheme, notify), stream: newStream(opts.Scheme, notify),
+		notify: notify, rec: newRecorder(opts.Scheme, notify, sc), stream: newStream(opts.Scheme, notify, sc),
 		gate: newGate(), managers: map[string]*Manager{}, externals: externals}
 	if err := s.perturbationEnv(); err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -95,7 +96,7 @@ func (s *Suite) NewCase(t TB, opts ...CaseOption) *Case {
 	_, _ = rand.Read(b)
 	ns := "e-" + name + "-" + hex.EncodeToString(b)[:5]
 	c := &Case{Namespace: ns, t: t, s: s, Started: time.Now(),
-		Client: client.WithFieldOwner(s.recordingClient(s.Client, caseManager, "spec", nil), CaseFieldManager), admitted: true}
+		Client: client.WithFieldOwner(s.recordingClient(s.Client, caseManager, "spec", ns, nil), CaseFieldManager), admitted: true}
 	for _, o := range opts {
 		o(c)
 	}
@@ -124,14 +125,38 @@ func (c *Case) Create(obj client.Object) error {
 	return noMatchHint(c.Client.Create(c.t.Context(), obj))
 }
 
-// Get reads the named object of the case's namespace into obj. Errors: the API server's (NotFound, ...).
+// Get reads the named object of the case's namespace (or, for a cluster-scoped kind, the object of that
+// name) into obj. Errors: the API server's (NotFound, ...).
 func (c *Case) Get(name string, obj client.Object) error {
-	return noMatchHint(c.Client.Get(c.t.Context(), client.ObjectKey{Namespace: c.Namespace, Name: name}, obj))
+	key := client.ObjectKey{Namespace: c.Namespace, Name: name}
+	if !c.namespaced(obj) {
+		key.Namespace = ""
+	}
+	return noMatchHint(c.Client.Get(c.t.Context(), key, obj))
 }
 
-// List lists objects of the case's namespace into list. Errors: the API server's.
+// List lists objects of the case's namespace into list; for a cluster-scoped kind, the objects the case
+// claimed (see "Cluster-scoped objects" in docs/architecture.md), so a spec never sees another spec's.
+// Errors: the API server's.
 func (c *Case) List(list client.ObjectList, opts ...client.ListOption) error {
+	if ok, err := c.s.Client.IsObjectNamespaced(list); err == nil && !ok {
+		if err := c.Client.List(c.t.Context(), list, opts...); err != nil {
+			return noMatchHint(err)
+		}
+		gvk, _ := apiutil.GVKForObject(list, c.s.scheme)
+		kind := strings.TrimSuffix(gvk.Kind, "List")
+		return meta.SetList(list, slices.DeleteFunc(mustExtractList(list), func(o runtime.Object) bool {
+			a, err := meta.Accessor(o)
+			return err != nil || c.s.rec.scopes.of(kind, "", a.GetName()) != c.Namespace
+		}))
+	}
 	return noMatchHint(c.Client.List(c.t.Context(), list, append([]client.ListOption{client.InNamespace(c.Namespace)}, opts...)...))
+}
+
+// mustExtractList returns the items of a list the API server filled (never an error for one).
+func mustExtractList(list client.ObjectList) []runtime.Object {
+	items, _ := meta.ExtractList(list)
+	return items
 }
 
 // Update reads the named object into obj, applies mutate and writes it back, retrying on conflict
@@ -273,6 +298,7 @@ func (c *Case) cleanup() {
 	if c.admitted {
 		defer c.s.gate.close(c.Namespace)
 	}
+	defer c.s.rec.scopes.release(c.Namespace)
 	if held := c.empty(); len(held) > 0 {
 		msg := fmt.Sprintf("suite: deletion hygiene: %d objects of %s were still there %s after the spec (their finalizers were then removed):\n%s",
 			len(held), c.Namespace, c.s.cleanupTimeout, indent(held))
@@ -352,9 +378,12 @@ func (c *Case) namespacedKinds() []schema.GroupVersionKind {
 }
 
 // cachedLeftovers lists the objects of the watched kinds the event stream's cache still holds in the case's
-// namespace, as typed copies (the cache's List copies what it returns).
+// namespace, as typed copies (the cache's List copies what it returns), and the cluster-scoped objects the
+// case claimed that the API server still has (read from it: a claimed kind need not be watched).
 func (c *Case) cachedLeftovers() []client.Object {
-	var out []client.Object
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out := c.claimedLeftovers(ctx)
 	for _, gvk := range c.namespacedKinds() {
 		l, err := c.s.scheme.New(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
 		if err != nil {
@@ -409,6 +438,19 @@ func (c *Case) leftovers() []client.Object {
 		}
 		for i := range l.Items {
 			out = append(out, &l.Items[i])
+		}
+	}
+	return append(out, c.claimedLeftovers(ctx)...)
+}
+
+// claimedLeftovers reads from the API server the cluster-scoped objects the case claimed that still exist.
+func (c *Case) claimedLeftovers(ctx context.Context) []client.Object {
+	var out []client.Object
+	for _, cl := range c.s.rec.scopes.claimed(c.Namespace) {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(cl.gvk)
+		if err := c.s.Client.Get(ctx, client.ObjectKey{Name: cl.name}, u); err == nil {
+			out = append(out, u)
 		}
 	}
 	return out

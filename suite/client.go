@@ -26,11 +26,13 @@ func (withWatch) Watch(context.Context, client.ObjectList, ...client.ListOption)
 }
 
 // recordingClient wraps base so that every write is recorded as made by manager. The controller and the pass
-// come from the reconcile pass the write's context carries; controller is the fallback outside a pass. Every
+// come from the reconcile pass the write's context carries; controller is the fallback outside a pass.
+// caseNS is the namespace of the Case whose client this is ("" for a manager's): a cluster-scoped object it
+// creates is claimed for that Case (see scopes and claimCreated). Every
 // write passes the case's perturbation points first (see perturbation.go), which may answer it with an
 // injected error instead of sending it. fence, when not nil, is set once the manager was stopped by a restart
 // point: every later write is refused, as a crashed process makes none.
-func (s *Suite) recordingClient(base client.Client, manager, controller string, fence *atomic.Pointer[perturb.Point]) client.Client {
+func (s *Suite) recordingClient(base client.Client, manager, controller, caseNS string, fence *atomic.Pointer[perturb.Point]) client.Client {
 	scheme := base.Scheme()
 	do := func(ctx context.Context, verb Verb, sub string, obj any, owner string, call func() error) error {
 		w := Write{Manager: manager, Controller: controller, Verb: verb, Subresource: sub, FieldOwner: owner}
@@ -38,6 +40,10 @@ func (s *Suite) recordingClient(base client.Client, manager, controller string, 
 			w.Pass, w.Controller = p.ID, p.Controller
 		}
 		w.Kind, w.Namespace, w.Name = describe(scheme, obj)
+		if (verb == VerbCreate || verb == VerbApply) && sub == "" && w.Namespace == "" && w.Name != "" {
+			s.claimCreated(ctx, caseNS, obj, w.Kind, w.Name)
+		}
+		w.scope = s.rec.scopes.of(w.Kind, w.Namespace, w.Name)
 		if fence != nil {
 			if p := fence.Load(); p != nil {
 				w.Time, w.Err, w.Point = time.Now(), fmt.Errorf("suite: manager %s was stopped by point %s; a stopped process writes nothing", manager, p), p.String()

@@ -33,6 +33,10 @@
 //     controller and the controller-runtime version.
 //   - Kinds that are not in Options.WatchKinds produce no Changes; quiescence and dumps look only at the
 //     watched kinds.
+//   - A cluster-scoped object belongs to a Case only once claimed (docs/architecture.md, "Cluster-scoped
+//     objects"). One created by a writer ensemble does not record is claimed when the event stream sees it
+//     with an owner the Case claimed, so its first request may be refused at the gate. The gate matches a
+//     cluster-scoped request by name, since a request names no kind.
 //   - There is no kubelet and no scheduler: pods stay Pending unless a manager such as fakes/dataplane binds
 //     and runs them. kube-controller-manager runs only the controllers in Options.KubeControllers (by default
 //     those that need no node and no cloud), and its own writes are not recorded, only seen as changes.

@@ -33,15 +33,26 @@ func (s *Suite) dump(ns, spec string, since time.Time) (string, string, error) {
 	defer cancel()
 	var objs strings.Builder
 	nObjs := 0
+	write := func(o map[string]any) {
+		b, _ := yaml.Marshal(o)
+		objs.WriteString("---\n")
+		objs.Write(b)
+		nObjs++
+	}
+	// Cluster-scoped objects: those of the watched kinds no Case claimed (the cluster all specs share,
+	// such as Nodes) and every object this case claimed, never another case's.
+	watched := map[string]bool{}
 	for _, k := range s.watchKinds {
 		gvk, err := apiutil.GVKForObject(k, s.scheme)
 		if err != nil {
 			continue
 		}
+		watched[gvk.Kind] = true
 		l := &unstructured.UnstructuredList{}
 		l.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
 		opts := []client.ListOption{}
-		if ok, _ := s.Client.IsObjectNamespaced(k); ok {
+		namespaced, _ := s.Client.IsObjectNamespaced(k)
+		if namespaced {
 			opts = append(opts, client.InNamespace(ns))
 		}
 		if err := s.Client.List(ctx, l, opts...); err != nil {
@@ -49,10 +60,16 @@ func (s *Suite) dump(ns, spec string, since time.Time) (string, string, error) {
 			continue
 		}
 		for _, item := range l.Items {
-			b, _ := yaml.Marshal(item.Object)
-			objs.WriteString("---\n")
-			objs.Write(b)
-			nObjs++
+			if scope := s.rec.scopes.of(gvk.Kind, item.GetNamespace(), item.GetName()); namespaced || scope == "" || scope == ns {
+				write(item.Object)
+			}
+		}
+	}
+	for _, cl := range s.rec.scopes.claimed(ns) {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(cl.gvk)
+		if !watched[cl.gvk.Kind] && s.Client.Get(ctx, client.ObjectKey{Name: cl.name}, u) == nil {
+			write(u.Object)
 		}
 	}
 	var events strings.Builder

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -154,10 +155,13 @@ func TestPlainTestingT(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	s, err := Boot(t.Context(), Options{Scheme: newScheme(), WatchKinds: []client.Object{&corev1.ConfigMap{}},
+	s, err := Boot(t.Context(), Options{Scheme: newScheme(), WatchKinds: []client.Object{&corev1.ConfigMap{}, &rbacv1.ClusterRole{}},
 		Pins: catalog{"X-1": "a defect"},
 		Managers: []ManagerOptions{{Name: "op", Register: func(mgr manager.Manager) error {
 			if err := (&marker{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
+				return err
+			}
+			if err := (&roleKeeper{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 				return err
 			}
 			if err := stall.SetupWithManager(mgr); err != nil {
@@ -183,6 +187,7 @@ func TestPlainTestingT(t *testing.T) {
 	t.Run("requested timeline", func(t *testing.T) { testRequestedTimeline(t, s) })
 	t.Run("perturbation", func(t *testing.T) { testPerturbation(t, s) })
 	t.Run("leader election", func(t *testing.T) { testLeaderElection(t, s) })
+	t.Run("cluster-scoped objects", func(t *testing.T) { testClusterScoped(t, s) })
 
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)

@@ -2,9 +2,10 @@ package suite
 
 import "sync"
 
-// gate decides which reconcile requests reach the real reconcilers of gated managers: only those whose
-// namespace a Case admitted. A request for a cluster-scoped object has an empty namespace, which no Case
-// admits. Refused requests are recorded as gated passes. Safe for concurrent use.
+// gate decides which reconcile requests reach the real reconcilers of gated managers: only those that
+// belong to a Case that admitted its namespace (a namespaced request by its namespace, a cluster-scoped one
+// by the Case that claimed an object of its name: see scopes). Refused requests are recorded as gated
+// passes. Safe for concurrent use.
 type gate struct {
 	mu   sync.RWMutex
 	open map[string]int
@@ -30,7 +31,7 @@ func (g *gate) close(ns string) {
 	g.mu.Unlock()
 }
 
-// admitted reports whether requests in namespace ns pass the gate.
+// admitted reports whether requests that belong to the Case of namespace ns pass the gate ("" never does).
 func (g *gate) admitted(ns string) bool {
 	g.mu.RLock()
 	defer g.mu.RUnlock()

@@ -52,6 +52,8 @@ func (c *Case) fieldsWritten(h hotLoop) string {
 // hotLoop is the moment one object crossed the hot-loop threshold.
 type hotLoop struct {
 	Namespace, Kind, Name string
+	// scope is the Case namespace of the object (Write.scope).
+	scope string
 	// First and At are the first write in the window and the write that crossed the threshold.
 	First, At time.Time
 	// N is the number of writes in the window; Writers counts them by writer and verb.
@@ -112,15 +114,15 @@ func (h *hotLoops) observe(w Write) {
 		h.recent[id] = nil
 	}
 	if w.Err == nil {
-		h.nsSeq[w.Namespace]++
-		log := append(h.nsLog[w.Namespace], nsWrite{seq: h.nsSeq[w.Namespace], id: id, writer: w.writer(), at: w.Time})
+		h.nsSeq[w.scope]++
+		log := append(h.nsLog[w.scope], nsWrite{seq: h.nsSeq[w.scope], id: id, writer: w.writer(), at: w.Time})
 		i := 0
 		for i < len(log) && w.Time.Sub(log[i].at) >= hotLoopSlice*hotLoopSlices {
 			i++
 		}
-		h.nsLog[w.Namespace] = log[i:]
+		h.nsLog[w.scope] = log[i:]
 	}
-	h.lastSeq[id] = h.nsSeq[w.Namespace]
+	h.lastSeq[id] = h.nsSeq[w.scope]
 	span := hotLoopSlice * hotLoopSlices
 	ws := append(h.recent[id], w)
 	i := 0
@@ -145,7 +147,7 @@ func (h *hotLoops) observe(w Write) {
 	for _, x := range ws {
 		writers[x.writer()+" "+string(x.Verb)]++
 	}
-	h.tripped[id] = hotLoop{Namespace: w.Namespace, Kind: w.Kind, Name: w.Name, First: ws[0].Time, At: w.Time, N: len(ws), Writers: writers, writes: append([]Write(nil), ws...)}
+	h.tripped[id] = hotLoop{Namespace: w.Namespace, scope: w.scope, Kind: w.Kind, Name: w.Name, First: ws[0].Time, At: w.Time, N: len(ws), Writers: writers, writes: append([]Write(nil), ws...)}
 }
 
 // incarnation names the object incarnation w wrote: "kind/namespace/name uid". A write that names no uid
@@ -178,7 +180,7 @@ func (h *hotLoops) interrupted(id string, w Write) bool {
 		h.writers[id] = writers
 	}
 	writers[w.writer()] = true
-	for _, x := range h.nsLog[w.Namespace] {
+	for _, x := range h.nsLog[w.scope] {
 		if x.seq > h.lastSeq[id] && x.id != id && !writers[x.writer] {
 			return true
 		}
@@ -192,7 +194,7 @@ func (r *recorder) hotLoopsIn(ns string, since time.Time) []hotLoop {
 	defer r.mu.Unlock()
 	var out []hotLoop
 	for _, h := range r.hot.tripped {
-		if h.Namespace == ns && !h.At.Before(since) {
+		if h.scope == ns && !h.At.Before(since) {
 			out = append(out, h)
 		}
 	}

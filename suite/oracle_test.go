@@ -31,7 +31,7 @@ func podWrites(t0 time.Time, uidOf func(i int) types.UID) []Write {
 
 // hotLoopsOf feeds ws to a fresh hot-loop oracle and returns its crossings.
 func hotLoopsOf(ws []Write) []hotLoop {
-	r := newRecorder(newScheme(), newBroadcast())
+	r := newRecorder(newScheme(), newBroadcast(), newScopes())
 	for _, w := range ws {
 		r.addWrite(w)
 	}

@@ -147,7 +147,7 @@ func (s *Suite) arm(pl *plan, p perturb.Point) {
 	if p.Trigger.OnChange() {
 		kind, name, _ := strings.Cut(p.Object, "/")
 		s.chmu.Lock()
-		s.changeTriggers = append(s.changeTriggers, &changeTrigger{s: s, a: a, pl: pl, key: heldKey{kind, pl.ns, name}, rvs: map[string]bool{}})
+		s.changeTriggers = append(s.changeTriggers, &changeTrigger{s: s, a: a, pl: pl, key: heldKey{kind, s.objectNamespace(kind, pl.ns), name}, rvs: map[string]bool{}})
 		s.chmu.Unlock()
 	}
 }
@@ -248,8 +248,8 @@ func (s *Suite) fire(pl *plan, a *armed, what, manager, kind, name string, w *Wr
 // starts the held points that fired (their hold begins before the write, so the write's own change is held
 // too). It also counts w towards the release of held points that wait for a number of writes.
 func (s *Suite) perturbBefore(w *Write, c client.Client) fired {
-	pl := s.planFor(w.Namespace, false)
-	if pl == nil || w.Namespace == "" {
+	pl := s.planFor(w.scope, false)
+	if pl == nil || w.scope == "" {
 		return fired{}
 	}
 	pl.mu.Lock()
@@ -311,7 +311,7 @@ func (s *Suite) perturbAfter(w Write, f fired) {
 	if f.restart == nil || w.Err != nil {
 		return
 	}
-	if pl := s.planFor(w.Namespace, false); pl != nil {
+	if pl := s.planFor(w.scope, false); pl != nil {
 		s.restart(pl, w.Manager, *f.restart)
 	}
 }
@@ -383,7 +383,7 @@ func (s *Suite) startHeld(pl *plan, p perturb.Point, manager, kind, name string,
 			pl.errs = append(pl.errs, fmt.Sprintf("point %s: manager %s is not running", p, manager))
 			return nil
 		}
-		f.release = m.holds.hold(kind, pl.ns, name, p.Mode == perturb.Coalesce)
+		f.release = m.holds.hold(kind, s.objectNamespace(kind, pl.ns), name, p.Mode == perturb.Coalesce)
 	case p.Mode == perturb.Down || p.Mode == perturb.Slow:
 		ext, err := s.external(p.System)
 		if err != nil {

@@ -66,6 +66,10 @@ type Write struct {
 	// Point is the perturbation point (perturb.Point's string) that fired on this write or refused it; empty
 	// for a write no point touched.
 	Point string
+
+	// scope is the namespace of the Case the object belongs to (see scopes): Namespace, or for a
+	// cluster-scoped object the claiming Case's; "" for an object no Case claimed.
+	scope string
 }
 
 // writer is "manager/controller" (or the manager alone outside a pass), the name a write is attributed to.
@@ -129,6 +133,9 @@ type Pass struct {
 	// controller-runtime retries an error with its rate limiter and ignores the delay asked. Under requeue
 	// compression and a fixture's time scale requeue-woken passes run far sooner than in production.
 	Requeued bool
+
+	// scope is the namespace of the Case the request belongs to (see scopes.ofRequest), "" for none.
+	scope string
 }
 
 // line renders the pass on one line for reports and dumps.
@@ -164,16 +171,20 @@ type recorder struct {
 	notify *broadcast
 	scheme *runtime.Scheme
 	hot    *hotLoops
+	scopes *scopes
 }
 
-func newRecorder(scheme *runtime.Scheme, notify *broadcast) *recorder {
-	return &recorder{perKey: map[passKey]int{}, lastPass: map[passKey]*Pass{}, queued: map[passKey]time.Time{}, notify: notify, scheme: scheme, hot: newHotLoops()}
+func newRecorder(scheme *runtime.Scheme, notify *broadcast, sc *scopes) *recorder {
+	return &recorder{perKey: map[passKey]int{}, lastPass: map[passKey]*Pass{}, queued: map[passKey]time.Time{}, notify: notify, scheme: scheme, hot: newHotLoops(), scopes: sc}
 }
 
 // caseManager is the manager name of a Case's client.
 const caseManager = "case"
 
 func (r *recorder) addWrite(w Write) {
+	if w.scope == "" {
+		w.scope = r.scopes.of(w.Kind, w.Namespace, w.Name)
+	}
 	r.mu.Lock()
 	w.Seq = int64(len(r.writeLog) + 1)
 	r.writeLog = append(r.writeLog, w)
@@ -190,7 +201,8 @@ func (r *recorder) beginPass(manager, controller string, req ctrl.Request) *Pass
 	defer r.mu.Unlock()
 	k := passKey{manager, controller, req.NamespacedName}
 	r.perKey[k]++
-	p := &Pass{ID: int64(len(r.passLog) + 1), Manager: manager, Controller: controller, Request: req, N: r.perKey[k], Start: time.Now()}
+	p := &Pass{ID: int64(len(r.passLog) + 1), Manager: manager, Controller: controller, Request: req, N: r.perKey[k], Start: time.Now(),
+		scope: r.scopes.ofRequest(req.NamespacedName)}
 	if prev := r.lastPass[k]; prev != nil {
 		p.Event = r.queued[k].After(prev.Start)
 		p.Requeued = !p.Event && prev.Asked > 0 && prev.Err == nil
@@ -234,7 +246,7 @@ type WriteFilter struct {
 }
 
 func (f WriteFilter) match(ns string, w Write) bool {
-	return ns == w.Namespace && f.fits(w)
+	return ns == w.scope && f.fits(w)
 }
 
 // String renders the filter's set fields, e.g. "controller=shard verb=apply kind=Shard".
@@ -291,7 +303,7 @@ type PassFilter struct {
 }
 
 func (f PassFilter) match(ns string, p *Pass) bool {
-	return ns == p.Request.Namespace && (f.Name == "" || f.Name == p.Request.Name) &&
+	return ns == p.scope && (f.Name == "" || f.Name == p.Request.Name) &&
 		(f.Manager == "" || f.Manager == p.Manager) && (f.Controller == "" || f.Controller == p.Controller) &&
 		!p.Start.Before(f.Since) && f.Gated == p.Gated
 }
@@ -322,8 +334,8 @@ func (r *recorder) lastPassErrors(ns string) []Pass {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []Pass
-	for k, p := range r.lastPass {
-		if k.req.Namespace == ns && !p.End.IsZero() && p.Err != nil {
+	for _, p := range r.lastPass {
+		if p.scope == ns && !p.End.IsZero() && p.Err != nil {
 			out = append(out, *p)
 		}
 	}
@@ -336,7 +348,7 @@ func (r *recorder) lastWrite(ns string) (time.Time, int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i := len(r.writeLog) - 1; i >= 0; i-- {
-		if r.writeLog[i].Namespace == ns {
+		if r.writeLog[i].scope == ns {
 			return r.writeLog[i].Time, i
 		}
 	}
@@ -349,7 +361,7 @@ func (r *recorder) writers(ns string, since time.Time) map[string]int {
 	defer r.mu.Unlock()
 	out := map[string]int{}
 	for _, w := range r.writeLog {
-		if w.Namespace == ns && !w.Time.Before(since) {
+		if w.scope == ns && !w.Time.Before(since) {
 			sub := ""
 			if w.Subresource != "" {
 				sub = "/" + w.Subresource
@@ -431,8 +443,8 @@ func (r *recorder) running(ns string) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	n := 0
-	for k, p := range r.lastPass {
-		if k.req.Namespace == ns && p.End.IsZero() {
+	for _, p := range r.lastPass {
+		if p.scope == ns && p.End.IsZero() {
 			n++
 		}
 	}

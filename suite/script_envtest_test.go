@@ -163,7 +163,7 @@ func testOracles(t *testing.T, s *Suite) {
 		var writes int
 		p := probe("ticker", func(c *Case) {
 			c.OptOut(Convergence, "the ticker writes until the spec ends")
-			w := s.recordingClient(s.Client, "ticker", "", nil)
+			w := s.recordingClient(s.Client, "ticker", "", "", nil)
 			obj := cm("ticking", false)
 			if err := c.Create(obj); err != nil {
 				t.Fatal(err)

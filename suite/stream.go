@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -32,6 +33,9 @@ type Change struct {
 	// Fields lists the leaf fields that changed, by path (e.g. status.podRoles.pod-0,
 	// status.conditions[type=Available].status); empty for Added and Deleted.
 	Fields []FieldChange
+
+	// scope is the namespace of the Case the object belongs to (see scopes), "" for none.
+	scope string
 }
 
 // ChangeType is the kind of a Change.
@@ -69,10 +73,11 @@ type stream struct {
 	last   map[string]map[string]string
 	notify *broadcast
 	scheme *runtime.Scheme
+	scopes *scopes
 }
 
-func newStream(scheme *runtime.Scheme, notify *broadcast) *stream {
-	return &stream{last: map[string]map[string]string{}, notify: notify, scheme: scheme}
+func newStream(scheme *runtime.Scheme, notify *broadcast, sc *scopes) *stream {
+	return &stream{last: map[string]map[string]string{}, notify: notify, scheme: scheme, scopes: sc}
 }
 
 // watch registers event handlers for each kind on the cache; the cache must be started by the caller.
@@ -86,28 +91,32 @@ func (st *stream) watch(ctx context.Context, c cache.Cache, kinds []client.Objec
 		if err != nil {
 			return fmt.Errorf("suite: watching %s: %w (is its CRD in Options.CRDDirectoryPaths?)", gvk.Kind, err)
 		}
-		kind := gvk.Kind
 		_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
-			AddFunc:    func(o any) { st.observe(kind, Added, o) },
-			UpdateFunc: func(_, o any) { st.observe(kind, Modified, o) },
+			AddFunc:    func(o any) { st.observe(gvk, Added, o) },
+			UpdateFunc: func(_, o any) { st.observe(gvk, Modified, o) },
 			DeleteFunc: func(o any) {
 				if d, ok := o.(toolscache.DeletedFinalStateUnknown); ok {
 					o = d.Obj
 				}
-				st.observe(kind, Deleted, o)
+				st.observe(gvk, Deleted, o)
 			},
 		})
 		if err != nil {
-			return fmt.Errorf("suite: watching %s: %w", kind, err)
+			return fmt.Errorf("suite: watching %s: %w", gvk.Kind, err)
 		}
 	}
 	return nil
 }
 
-func (st *stream) observe(kind string, typ ChangeType, o any) {
+func (st *stream) observe(gvk schema.GroupVersionKind, typ ChangeType, o any) {
 	obj, ok := o.(client.Object)
 	if !ok {
 		return
+	}
+	kind := gvk.Kind
+	scope := obj.GetNamespace()
+	if scope == "" {
+		scope = st.scopes.observed(gvk, obj)
 	}
 	flat := flatten(obj)
 	id := kind + "/" + obj.GetNamespace() + "/" + obj.GetName()
@@ -131,7 +140,7 @@ func (st *stream) observe(kind string, typ ChangeType, o any) {
 		}
 	}
 	ch := Change{Seq: int64(len(st.log) + 1), Time: time.Now(), Type: typ, Kind: kind,
-		Namespace: obj.GetNamespace(), Name: obj.GetName(), ResourceVersion: obj.GetResourceVersion(), Fields: fields}
+		Namespace: obj.GetNamespace(), Name: obj.GetName(), ResourceVersion: obj.GetResourceVersion(), Fields: fields, scope: scope}
 	st.log = append(st.log, ch)
 	st.mu.Unlock()
 	st.notify.signal()
@@ -146,7 +155,7 @@ type ChangeFilter struct {
 }
 
 func (f ChangeFilter) match(ns string, c Change) bool {
-	return ns == c.Namespace && (f.Kind == "" || f.Kind == c.Kind) &&
+	return ns == c.scope && (f.Kind == "" || f.Kind == c.Kind) &&
 		(f.Name == "" || f.Name == c.Name) && (f.Type == "" || f.Type == c.Type) && !c.Time.Before(f.Since)
 }
 
@@ -185,7 +194,7 @@ func (st *stream) after(ns string, seq int64) []Change {
 	defer st.mu.Unlock()
 	var out []Change
 	for _, c := range st.log[min(int(seq), len(st.log)):] {
-		if c.Namespace == ns {
+		if c.scope == ns {
 			out = append(out, c)
 		}
 	}
@@ -196,7 +205,7 @@ func (st *stream) lastChange(ns string) time.Time {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	for i := len(st.log) - 1; i >= 0; i-- {
-		if st.log[i].Namespace == ns {
+		if st.log[i].scope == ns {
 			return st.log[i].Time
 		}
 	}

@@ -350,7 +350,7 @@ func TestOperatorTimelineUndoesCompression(t *testing.T) {
 // TestAnErrorRetryIsNoRequeue: a pass that returned an error is retried by controller-runtime's rate limiter,
 // whatever delay it asked; the next pass is neither requeue-woken nor event-woken, and its gap is wall time.
 func TestAnErrorRetryIsNoRequeue(t *testing.T) {
-	r := newRecorder(newScheme(), newBroadcast())
+	r := newRecorder(newScheme(), newBroadcast(), newScopes())
 	req := ctrl.Request{}
 	req.Namespace, req.Name = "ns", "a"
 	first := r.beginPass("m", "c", req)
@@ -377,8 +377,8 @@ func TestSubresourceCreateKeepsNoResourceVersion(t *testing.T) {
 		},
 	})
 	b := newBroadcast()
-	s := &Suite{rec: newRecorder(scheme, b)}
-	c := s.recordingClient(base, "dataplane", "", nil)
+	s := &Suite{rec: newRecorder(scheme, b, newScopes())}
+	c := s.recordingClient(base, "dataplane", "", "", nil)
 	binding := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}, Target: corev1.ObjectReference{Kind: "Node", Name: "n"}}
 	if err := c.SubResource("binding").Create(t.Context(), pod, binding); err != nil {
 		t.Fatal(err)

@@ -37,7 +37,7 @@ var timelineLanes = []string{"case/spec", "opA/cluster", "opB", "opB/shard", "<u
 func timelineHistory(t *testing.T) (*Suite, time.Time, []mark) {
 	t.Helper()
 	b := newBroadcast()
-	s := &Suite{artifactsDir: t.TempDir(), rec: newRecorder(nil, b), stream: newStream(nil, b)}
+	s := &Suite{artifactsDir: t.TempDir(), rec: newRecorder(nil, b, newScopes()), stream: newStream(nil, b, newScopes())}
 	t0 := time.Now()
 	at := func(ms float64) time.Time { return t0.Add(time.Duration(ms * float64(time.Millisecond))) }
 	req := func(name string) ctrl.Request {
@@ -45,7 +45,7 @@ func timelineHistory(t *testing.T) (*Suite, time.Time, []mark) {
 	}
 	pass := func(mgr, ctl, name string, start, end float64, gated bool, err error) {
 		s.rec.passLog = append(s.rec.passLog, &Pass{ID: int64(len(s.rec.passLog) + 1), Manager: mgr, Controller: ctl,
-			Request: req(name), N: 1, Start: at(start), End: at(end), Gated: gated, Err: err})
+			Request: req(name), N: 1, Start: at(start), End: at(end), Gated: gated, Err: err, scope: timelineNS})
 	}
 	write := func(ms float64, mgr, ctl string, passID int64, verb Verb, sub, kind, name, rv, owner string, err error) {
 		s.rec.addWrite(Write{Time: at(ms), Manager: mgr, Controller: ctl, Pass: passID, Verb: verb, Subresource: sub,
@@ -53,7 +53,7 @@ func timelineHistory(t *testing.T) (*Suite, time.Time, []mark) {
 	}
 	change := func(ms float64, typ ChangeType, kind, name, rv string, fields ...FieldChange) {
 		s.stream.log = append(s.stream.log, Change{Seq: int64(len(s.stream.log) + 1), Time: at(ms), Type: typ,
-			Kind: kind, Namespace: timelineNS, Name: name, ResourceVersion: rv, Fields: fields})
+			Kind: kind, Namespace: timelineNS, Name: name, ResourceVersion: rv, Fields: fields, scope: timelineNS})
 	}
 	write(1, "case", "spec", 0, VerbCreate, "", "Cluster", "a", "10", CaseFieldManager, nil)
 	change(2, Added, "Cluster", "a", "10")

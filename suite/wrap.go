@@ -72,7 +72,7 @@ func (m *wrappingManager) workerStarted() {
 
 func (s *Suite) newWrappingManager(mgr manager.Manager, name string, ungated bool) *wrappingManager {
 	m := &wrappingManager{Manager: mgr, s: s, name: name, ungated: ungated, wrapped: map[string]int{}}
-	m.client = s.recordingClient(mgr.GetClient(), name, "", &m.fence)
+	m.client = s.recordingClient(mgr.GetClient(), name, "", "", &m.fence)
 	return m
 }
 
@@ -262,7 +262,7 @@ func (r *wrappedReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ 
 			panic(v)
 		}
 	}()
-	if !r.ungated && !r.s.gate.admitted(req.Namespace) {
+	if !r.ungated && !r.s.gate.admitted(p.scope) {
 		r.s.rec.endPass(p, true, nil, 0, 0)
 		return ctrl.Result{}, nil
 	}

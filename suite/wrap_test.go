@@ -17,8 +17,8 @@ import (
 
 // testSuite is a Suite with the parts the wrapper needs, no control plane.
 func testSuite() *Suite {
-	n := newBroadcast()
-	return &Suite{scheme: newScheme(), rec: newRecorder(newScheme(), n), stream: newStream(newScheme(), n), gate: newGate(),
+	n, sc := newBroadcast(), newScopes()
+	return &Suite{scheme: newScheme(), rec: newRecorder(newScheme(), n, sc), stream: newStream(newScheme(), n, sc), gate: newGate(),
 		notify: n, requeueClamp: defaultRequeueClamp}
 }
 

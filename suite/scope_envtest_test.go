@@ -1,0 +1,143 @@
+package suite
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	. "github.com/onsi/gomega"
+
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+)
+
+// roleKeeper reconciles cluster-scoped objects: every ClusterRole labelled keep=true gets its finalizer,
+// the label seen=yes and a child ClusterRole "<name>-child" it owns; on deletion it releases the finalizer.
+type roleKeeper struct{ client.Client }
+
+const keeperFinalizer = "example.com/keep"
+
+func (k *roleKeeper) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	role := &rbacv1.ClusterRole{}
+	if err := k.Get(ctx, req.NamespacedName, role); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if role.DeletionTimestamp != nil {
+		patch := client.MergeFrom(role.DeepCopy())
+		if controllerutil.RemoveFinalizer(role, keeperFinalizer) {
+			return ctrl.Result{}, k.Patch(ctx, role, patch)
+		}
+		return ctrl.Result{}, nil
+	}
+	if role.Labels["seen"] != "yes" || !controllerutil.ContainsFinalizer(role, keeperFinalizer) {
+		patch := client.MergeFrom(role.DeepCopy())
+		role.Labels["seen"] = "yes"
+		controllerutil.AddFinalizer(role, keeperFinalizer)
+		if err := k.Patch(ctx, role, patch); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	child := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role.Name + "-child"}}
+	if err := controllerutil.SetControllerReference(role, child, k.Scheme()); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{}, client.IgnoreAlreadyExists(k.Create(ctx, child))
+}
+
+func (k *roleKeeper) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).
+		For(&rbacv1.ClusterRole{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return o.GetLabels()["keep"] == "true"
+		}))).Complete(k)
+}
+
+// testClusterScoped checks that a Case admits the cluster-scoped objects it creates and what they own: the
+// roleKeeper reconciles them under the gate, their passes, writes and changes are the Case's and no other
+// Case's, the Case's List shows only its own, one no Case created is refused at the gate, and the cleanup
+// deletes them while the controller can still release its finalizer.
+func testClusterScoped(t *testing.T, s *Suite) {
+	g := NewWithT(t)
+	var aNS, aRole string
+	t.Run("two cases", func(t *testing.T) {
+		a, b := s.NewCase(t), s.NewCase(t)
+		aNS, aRole = a.Namespace, a.Namespace+"-role"
+		bRole := b.Namespace + "-role"
+		for _, c := range []*Case{a, b} {
+			role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: c.Namespace + "-role", Labels: map[string]string{"keep": "true"}}}
+			if err := c.Create(role); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// One no case created: its requests are refused at the gate.
+		stray := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: a.Namespace + "-stray", Labels: map[string]string{"keep": "true"}}}
+		if err := s.Client.Create(t.Context(), stray); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = s.Client.Delete(context.Background(), stray) }()
+
+		for _, c := range []*Case{a, b} {
+			g.Eventually(func() error {
+				return c.Get(c.Namespace+"-role-child", &rbacv1.ClusterRole{})
+			}).WithTimeout(patience).Should(Succeed(), "the controller never reconciled %s's cluster-scoped role", c.Namespace)
+			c.RequireQuiescent(300*time.Millisecond, patience)
+		}
+		role := &rbacv1.ClusterRole{}
+		g.Expect(a.Get(aRole, role)).To(Succeed())
+		g.Expect(role.Labels).To(HaveKeyWithValue("seen", "yes"))
+
+		g.Eventually(func() []Pass {
+			return s.rec.passes("", PassFilter{Name: stray.Name, Gated: true})
+		}).WithTimeout(patience).ShouldNot(BeEmpty(), "no request for the role no case created was refused at the gate")
+		g.Expect(s.rec.passes("", PassFilter{Name: stray.Name})).To(BeEmpty(), "a role no case created was reconciled")
+		g.Expect(s.Client.Get(t.Context(), types.NamespacedName{Name: stray.Name}, stray)).To(Succeed())
+		g.Expect(stray.Labels).NotTo(HaveKey("seen"))
+
+		names := func(c *Case) (passes, writes, changes, listed []string) {
+			for _, p := range c.Passes(PassFilter{Controller: "clusterrole"}) {
+				passes = append(passes, p.Request.Name)
+			}
+			for _, w := range c.Writes(WriteFilter{Kind: "ClusterRole"}) {
+				writes = append(writes, w.Name)
+			}
+			for _, ch := range c.Changes(ChangeFilter{Kind: "ClusterRole"}) {
+				changes = append(changes, ch.Name)
+			}
+			l := &rbacv1.ClusterRoleList{}
+			g.Expect(c.List(l)).To(Succeed())
+			for _, r := range l.Items {
+				listed = append(listed, r.Name)
+			}
+			return
+		}
+		for _, c := range []struct {
+			c           *Case
+			own, others string
+		}{{a, aRole, bRole}, {b, bRole, aRole}} {
+			passes, writes, changes, listed := names(c.c)
+			g.Expect(passes).To(ContainElement(c.own), "%s's passes", c.c.Namespace)
+			g.Expect(passes).To(HaveEach(c.own), "%s's passes", c.c.Namespace)
+			g.Expect(writes).To(ContainElements(c.own, c.own+"-child"), "%s's writes", c.c.Namespace)
+			g.Expect(writes).To(HaveEach(BeElementOf(c.own, c.own+"-child")), "%s's writes", c.c.Namespace)
+			g.Expect(changes).To(ContainElements(c.own, c.own+"-child"), "%s's changes", c.c.Namespace)
+			g.Expect(changes).To(HaveEach(BeElementOf(c.own, c.own+"-child")), "%s's changes", c.c.Namespace)
+			g.Expect(listed).To(ConsistOf(c.own, c.own+"-child"), "%s's List", c.c.Namespace)
+		}
+	})
+	if t.Failed() {
+		return
+	}
+	// The cleanup deleted the case's cluster-scoped objects (the controller released its finalizer, or
+	// deletion hygiene would have failed the case) and dropped its claims.
+	for _, name := range []string{aRole, aRole + "-child"} {
+		err := s.Client.Get(t.Context(), types.NamespacedName{Name: name}, &rbacv1.ClusterRole{})
+		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "ClusterRole %s after its case: %v", name, err)
+	}
+	g.Expect(s.rec.scopes.claimed(aNS)).To(BeEmpty())
+}
