@@ -1,6 +1,7 @@
 package scenarios
 
 import (
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -45,12 +46,17 @@ func elected(ms ...*suite.Manager) []string {
 	return out
 }
 
-// writers returns the names of the managers among ms that wrote in the case since t.
+// writers returns the names of the managers among ms that wrote in the case since t, leader election aside.
 func writers(c *suite.Case, since time.Time, ms ...*suite.Manager) []string {
 	var out []string
 	for _, m := range ms {
-		if len(c.Writes(suite.WriteFilter{Manager: m.Name, Since: since, IncludeRejected: true})) > 0 {
-			out = append(out, m.Name)
+		for _, w := range c.Writes(suite.WriteFilter{Manager: m.Name, Since: since, IncludeRejected: true}) {
+			// A follower's leader election tries the Lease, and a stopping leader's event broadcaster still
+			// sends its "stopped leading" Event: neither is the operator writing.
+			if w.Controller != suite.LeaderElection && (w.Kind != "Event" || !strings.HasPrefix(w.Name, leaderLease+".")) {
+				out = append(out, m.Name)
+				break
+			}
 		}
 	}
 	return out

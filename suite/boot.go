@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -16,6 +17,7 @@ import (
 	"github.com/go-logr/logr"
 
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -116,9 +118,10 @@ type ManagerOptions struct {
 	LeaderElectionID        string
 	LeaderElectionNamespace string
 	// Register sets up the operator on mgr exactly as its main does, with its own unmodified
-	// SetupWithManager calls. mgr is the real manager but for two methods. GetClient returns a client that
-	// records every write. Add wraps every controller controller-runtime's builder makes (gate, pass
-	// accounting, requeue compression) under the name the builder gives it. Required.
+	// SetupWithManager calls. mgr is the real manager but for one method, and every client built on its
+	// rest.Config (GetClient, a clientset on GetConfig) has its writes recorded. Add wraps every controller
+	// controller-runtime's builder makes (gate, pass accounting, requeue compression) under the name the
+	// builder gives it. Required.
 	Register func(mgr manager.Manager) error
 }
 
@@ -159,6 +162,9 @@ type Suite struct {
 	// failed is the first error of a manager that stopped on its own (guarded by mu).
 	failed error
 	plane  *controlplane.Plane
+	// codecFactory decodes the protobuf and JSON bodies the recording transports read (codecs).
+	codecsOnce   sync.Once
+	codecFactory serializer.CodecFactory
 	kcmLog *lineLog
 	// namespaceController is true when kube-controller-manager deletes namespaces; terminating are the case
 	// namespaces handed to it (guarded by mu).
@@ -423,7 +429,9 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 	}
 	s.plane = plane
 	s.EnvtestBoot = time.Since(start)
-	cfg := plane.Config
+	// The administrator's requests carry the harness's Audit-IDs too: the audit log's reader leaves them out.
+	cfg := rest.CopyConfig(plane.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper { return &recordingTransport{next: rt} })
 	s.Config = cfg
 	if s.Client, err = client.New(cfg, client.Options{Scheme: opts.Scheme}); err != nil {
 		_ = s.Stop()
@@ -539,11 +547,13 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 		return nil, fmt.Errorf("suite: StartManager: a manager named %q is already running: give the new one another Name", mo.Name)
 	}
 	s.mu.Unlock()
-	cfg := rest.CopyConfig(s.Config)
+	cfg := rest.CopyConfig(s.plane.Config)
 	cfg.UserAgent = mo.UserAgent
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = "ensemble-" + mo.Name + "/v0"
 	}
+	fence := &atomic.Pointer[perturb.Point]{}
+	s.wrapTransport(cfg, writer{manager: mo.Name, fence: fence, userAgent: cfg.UserAgent})
 	scheme := mo.Scheme
 	if scheme == nil {
 		scheme = s.scheme
@@ -574,7 +584,7 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 	if err != nil {
 		return nil, fmt.Errorf("suite: manager %s: %w", mo.Name, err)
 	}
-	wm := s.newWrappingManager(mgr, mo.Name, mo.Ungated)
+	wm := s.newWrappingManager(mgr, mo.Name, mo.Ungated, fence)
 	if err := mo.Register(wm); err != nil {
 		if wm.err != nil {
 			return nil, wm.err

@@ -95,8 +95,11 @@ func (s *Suite) NewCase(t TB, opts ...CaseOption) *Case {
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	ns := "e-" + name + "-" + hex.EncodeToString(b)[:5]
-	c := &Case{Namespace: ns, t: t, s: s, Started: time.Now(),
-		Client: client.WithFieldOwner(s.recordingClient(s.Client, caseManager, "spec", ns, nil), CaseFieldManager), admitted: true}
+	cl, err := s.recordedClient(writer{manager: caseManager, controller: "spec", caseNS: ns})
+	if err != nil {
+		t.Fatalf("suite: a client for case %s: %v", ns, err)
+	}
+	c := &Case{Namespace: ns, t: t, s: s, Started: time.Now(), Client: client.WithFieldOwner(cl, CaseFieldManager), admitted: true}
 	for _, o := range opts {
 		o(c)
 	}

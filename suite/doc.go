@@ -23,9 +23,9 @@
 //   - A write made on a context that does not derive from the reconcile pass's (context.Background() in a
 //     reconciler, a goroutine the operator starts) is recorded under its manager with no controller and no
 //     pass.
-//   - A write through a client the operator builds itself (client.New on mgr.GetConfig(), a typed clientset)
-//     is not recorded at all; its changes still show in the event stream, and FieldWriters names them
-//     "<unrecorded>".
+//   - A write through a client built on another rest.Config than the manager's (a kubeconfig the operator
+//     reads, Suite.Config) is not recorded; its changes still show in the event stream, and FieldWriters
+//     names them "<unrecorded>". Clients built on mgr.GetConfig() are recorded at its transport.
 //   - A controller that does not go through Manager.Add (one built with controller.NewUnmanaged and started
 //     by the operator) is neither gated nor counted. One that goes through Add but cannot be wrapped (a
 //     controller-runtime whose controllers no longer keep their reconciler in an exported Do field, or a

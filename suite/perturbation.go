@@ -247,7 +247,7 @@ func (s *Suite) fire(pl *plan, a *armed, what, manager, kind, name string, w *Wr
 // fault point that fired (the write is then not sent) and a restart to carry out after the write, and it
 // starts the held points that fired (their hold begins before the write, so the write's own change is held
 // too). It also counts w towards the release of held points that wait for a number of writes.
-func (s *Suite) perturbBefore(w *Write, c client.Client) fired {
+func (s *Suite) perturbBefore(w *Write, gr schema.GroupResource) fired {
 	pl := s.planFor(w.scope, false)
 	if pl == nil || w.scope == "" {
 		return fired{}
@@ -278,7 +278,7 @@ func (s *Suite) perturbBefore(w *Write, c client.Client) fired {
 				w.Point = a.p.String()
 			}
 			if out.err == nil {
-				out.err = a.p.Error(groupResource(c, w.Kind), w.Name)
+				out.err = a.p.Error(gr, w.Name)
 			}
 			continue
 		}
@@ -292,7 +292,7 @@ func (s *Suite) perturbBefore(w *Write, c client.Client) fired {
 		what := fmt.Sprintf("%s at %s/%s (%s by %s", p, w.Kind, w.Name, w.Verb, writer)
 		refuse, restart := s.fire(pl, a, what, w.Manager, w.Kind, w.Name, w, nil)
 		if refuse && out.err == nil {
-			out.err = p.Error(groupResource(c, w.Kind), w.Name)
+			out.err = p.Error(gr, w.Name)
 		}
 		if restart {
 			out.restart = &p

@@ -75,7 +75,9 @@ func testPerturbation(t *testing.T, s *Suite) {
 		if old.wm.fence.Load() == nil {
 			t.Fatal("the stopped instance is not fenced")
 		}
-		if err := old.wm.GetClient().Create(t.Context(), cm("late", false)); err == nil || !strings.Contains(err.Error(), "was stopped by point restart@op/configmap#1") {
+		late := cm("late", false)
+		late.Namespace = c.Namespace
+		if err := old.wm.GetClient().Create(t.Context(), late); err == nil || !strings.Contains(err.Error(), "was stopped by point restart@op/configmap#1") {
 			t.Fatalf("a write of the stopped instance: %v, want it refused naming the point", err)
 		}
 		// The fresh instance reconciles what comes next.
@@ -130,8 +132,8 @@ func testPerturbation(t *testing.T, s *Suite) {
 		p.RunCleanups()
 		msg := strings.Join(p.Errors(), "\n")
 		want := `suite: point conflict@opp#1 names writer "opp", which is no manager, controller or writer of this suite: name one of `
-		if !strings.Contains(msg, want) || !strings.Contains(msg, "op, op/clusterrole, op/configmap, op/looper") || strings.Contains(msg, `"op/looper"`) {
-			t.Fatalf("cleanup errors %q, want one line for opp naming op, op/clusterrole, op/configmap and op/looper, none for op/looper", p.Errors())
+		if !strings.Contains(msg, want) || !strings.Contains(msg, "op, op/clientset-writer, op/clusterrole, op/configmap, op/looper") || strings.Contains(msg, `"op/looper"`) {
+			t.Fatalf("cleanup errors %q, want one line for opp naming op, op/clientset-writer, op/clusterrole, op/configmap and op/looper, none for op/looper", p.Errors())
 		}
 		t.Log(msg)
 		if r := strings.Join(p.Reports(), "\n"); !strings.Contains(r, "conflict@op/looper:ConfigMap/none#1 never fired") {

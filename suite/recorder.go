@@ -38,8 +38,10 @@ type Write struct {
 	// Time is when the call returned.
 	Time time.Time
 	// Manager names the writer's manager (ManagerOptions.Name, or "case" for a Case's client). Controller is
-	// the name controller-runtime's builder gave the controller whose reconcile pass made the write; empty for
-	// a write made outside a pass (a fake's timer, a context not derived from the pass's), "spec" for a Case.
+	// the name controller-runtime's builder gave the controller whose reconcile pass made the write. Outside a
+	// pass it is the component a client of the manager names in its User-Agent (rest.AddUserAgent, e.g.
+	// LeaderElection), else empty (a fake's timer, an event recorder, a context not derived from the pass's);
+	// "spec" for a Case.
 	Manager, Controller string
 	// Pass is the Pass.ID of the reconcile pass that made the write; 0 outside a pass.
 	Pass int64
@@ -181,6 +183,14 @@ func newRecorder(scheme *runtime.Scheme, notify *broadcast, sc *scopes) *recorde
 // caseManager is the manager name of a Case's client.
 const caseManager = "case"
 
+// LeaderElection is the Controller of the writes a manager's leader election makes (controller-runtime
+// names its client's User-Agent so): its Lease renewals, every 250 ms while it leads.
+const LeaderElection = "leader-election"
+
+// heartbeat reports whether w renews a leader election Lease. Quiescence and the hot-loop oracle leave such
+// writes out: they go on for as long as the manager leads.
+func (w Write) heartbeat() bool { return w.Controller == LeaderElection && w.Kind == "Lease" }
+
 func (r *recorder) addWrite(w Write) {
 	if w.scope == "" {
 		w.scope = r.scopes.of(w.Kind, w.Namespace, w.Name)
@@ -189,7 +199,7 @@ func (r *recorder) addWrite(w Write) {
 	w.Seq = int64(len(r.writeLog) + 1)
 	r.writeLog = append(r.writeLog, w)
 	requeued := w.Pass > 0 && int(w.Pass) <= len(r.passLog) && r.passLog[w.Pass-1].Requeued
-	if w.Manager != caseManager && !requeued {
+	if w.Manager != caseManager && !requeued && !w.heartbeat() {
 		r.hot.observe(w)
 	}
 	r.mu.Unlock()
@@ -343,12 +353,13 @@ func (r *recorder) lastPassErrors(ns string) []Pass {
 	return out
 }
 
-// lastWrite returns the time and index of the latest write to namespace ns (zero time and -1 when none).
+// lastWrite returns the time and index of the latest write to namespace ns (zero time and -1 when none),
+// leaving out leader election's Lease renewals: a manager's heartbeat, not a reaction to anything.
 func (r *recorder) lastWrite(ns string) (time.Time, int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for i := len(r.writeLog) - 1; i >= 0; i-- {
-		if r.writeLog[i].scope == ns {
+		if r.writeLog[i].scope == ns && !r.writeLog[i].heartbeat() {
 			return r.writeLog[i].Time, i
 		}
 	}

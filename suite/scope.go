@@ -7,11 +7,9 @@ import (
 	"sync"
 
 	"k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 )
 
 // scopes says which Case each object belongs to. A namespaced object belongs to the Case of its namespace.
@@ -160,39 +158,30 @@ func (sc *scopes) release(ns string) {
 	}
 }
 
-// claimCreated claims the object obj (of kind and name, created or applied with no namespace) for a Case
-// when its kind is cluster-scoped: for caseNS when a Case's client writes it, else for the Case of the
-// reconcile pass the write's context carries, else for the Case that claimed one of its owners.
-func (s *Suite) claimCreated(ctx context.Context, caseNS string, obj any, kind, name string) {
-	gvk, cluster := s.kindScope(obj, kind)
-	if !cluster {
+// claimCreated claims the object of gvk and name (created or applied with no namespace, owned by owners)
+// for a Case when its kind is cluster-scoped: for caseNS when a Case's client writes it, else for the Case
+// of the reconcile pass the write's context carries, else for the Case that claimed one of its owners.
+func (s *Suite) claimCreated(ctx context.Context, caseNS string, gvk schema.GroupVersionKind, name string, owners []metaOwner) {
+	if !s.clusterScoped(gvk) {
 		return
 	}
 	ns := caseNS
 	if p := passFrom(ctx); ns == "" && p != nil {
 		ns = p.scope
 	}
-	if o, ok := obj.(client.Object); ok && ns == "" {
-		ns = s.rec.scopes.ownersScope(owners(o))
+	if ns == "" {
+		ns = s.rec.scopes.ownersScope(owners)
 	}
 	s.rec.scopes.claimFor(ns, gvk, name)
 }
 
-// kindScope returns the group, version and kind of obj (a typed or unstructured object, else found by kind
-// in the scheme) and whether the API server serves it cluster-scoped. An unknown kind is not cluster-scoped.
-func (s *Suite) kindScope(obj any, kind string) (schema.GroupVersionKind, bool) {
-	var gvk schema.GroupVersionKind
-	if ro, ok := obj.(runtime.Object); ok {
-		gvk, _ = apiutil.GVKForObject(ro, s.scheme)
-	}
-	if gvk.Kind == "" {
-		gvk = s.gvkOfKind(kind)
-	}
+// clusterScoped reports whether the API server serves gvk cluster-scoped; an unknown kind is not.
+func (s *Suite) clusterScoped(gvk schema.GroupVersionKind) bool {
 	if gvk.Kind == "" || s.Client == nil {
-		return gvk, false
+		return false
 	}
-	m, err := s.Client.RESTMapper().RESTMapping(gvk.GroupKind(), gvk.Version)
-	return gvk, err == nil && m.Scope.Name() == meta.RESTScopeNameRoot
+	m, err := s.mapper().RESTMapping(gvk.GroupKind(), gvk.Version)
+	return err == nil && m.Scope.Name() == meta.RESTScopeNameRoot
 }
 
 // gvkOfKind returns a group, version and kind of the scheme's with this kind (the first in sorted order
@@ -215,7 +204,7 @@ func (s *Suite) gvkOfKind(kind string) schema.GroupVersionKind {
 // objectNamespace is the namespace the object kind/name of the Case of namespace ns lives in: ns, or ""
 // when kind is cluster-scoped (a perturbation point names its object by kind and name alone).
 func (s *Suite) objectNamespace(kind, ns string) string {
-	if _, cluster := s.kindScope(nil, kind); cluster {
+	if s.clusterScoped(s.gvkOfKind(kind)) {
 		return ""
 	}
 	return ns

@@ -7,10 +7,12 @@ import (
 
 	. "github.com/onsi/gomega"
 
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -140,4 +142,50 @@ func testClusterScoped(t *testing.T, s *Suite) {
 		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "ClusterRole %s after its case: %v", name, err)
 	}
 	g.Expect(s.rec.scopes.claimed(aNS)).To(BeEmpty())
+}
+
+// clientsetWriter annotates every ConfigMap labelled clientset=true through a typed clientset built on
+// the manager's rest.Config, on the pass's context: a write no controller-runtime client makes.
+type clientsetWriter struct{ cs kubernetes.Interface }
+
+func (w *clientsetWriter) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	patch := []byte(`{"metadata":{"annotations":{"written-by":"clientset"}}}`)
+	_, err := w.cs.CoreV1().ConfigMaps(req.Namespace).Patch(ctx, req.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "clientset-writer"})
+	return ctrl.Result{}, client.IgnoreNotFound(err)
+}
+
+func (w *clientsetWriter) SetupWithManager(mgr ctrl.Manager) error {
+	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return err
+	}
+	w.cs = cs
+	return ctrl.NewControllerManagedBy(mgr).Named("clientset-writer").
+		For(&corev1.ConfigMap{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return o.GetLabels()["clientset"] == "true"
+		}))).Complete(w)
+}
+
+// testClientsetWrites checks that a write through a typed clientset built on the manager's rest.Config is
+// recorded like the manager's client's: under its manager, its controller and its pass, with its field
+// manager and the resourceVersion it made.
+func testClientsetWrites(t *testing.T, s *Suite) {
+	c := s.NewCase(t)
+	if err := c.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "cs", Labels: map[string]string{"clientset": "true"}}}); err != nil {
+		t.Fatal(err)
+	}
+	var ws []Write
+	NewWithT(t).Eventually(func() []Write {
+		ws = c.Writes(WriteFilter{Name: "cs", Controller: "clientset-writer"})
+		return ws
+	}).WithTimeout(patience).ShouldNot(BeEmpty(), "the clientset's write was not recorded")
+	w := ws[0]
+	if w.Manager != "op" || w.Pass == 0 || w.Verb != VerbPatch || w.FieldOwner != "clientset-writer" || w.ResourceVersion == "" || w.Kind != "ConfigMap" {
+		t.Fatalf("the clientset's write %s: want op/clientset-writer's patch of ConfigMap cs in a pass, field manager clientset-writer, with the resourceVersion it made", w.line())
+	}
+	cm := &corev1.ConfigMap{}
+	NewWithT(t).Eventually(func() map[string][]string {
+		_ = c.Get("cs", cm)
+		return c.FieldWriters("ConfigMap", "cs")
+	}).WithTimeout(patience).Should(HaveKeyWithValue("metadata.annotations.written-by", ContainElement("op/clientset-writer")))
 }

@@ -163,7 +163,10 @@ func testOracles(t *testing.T, s *Suite) {
 		var writes int
 		p := probe("ticker", func(c *Case) {
 			c.OptOut(Convergence, "the ticker writes until the spec ends")
-			w := s.recordingClient(s.Client, "ticker", "", "", nil)
+			w, err := s.recordedClient(writer{manager: "ticker"})
+			if err != nil {
+				t.Fatal(err)
+			}
 			obj := cm("ticking", false)
 			if err := c.Create(obj); err != nil {
 				t.Fatal(err)

@@ -3,6 +3,8 @@ package suite
 import (
 	"context"
 	"errors"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -14,11 +16,10 @@ import (
 
 	"github.com/onsi/gomega/types"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
-	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/ensembletest/ensemble/internal/recordtb"
 	"github.com/ensembletest/ensemble/suite/perturb"
@@ -365,32 +366,47 @@ func TestAnErrorRetryIsNoRequeue(t *testing.T) {
 	}
 }
 
-// TestSubresourceCreateKeepsNoResourceVersion: a pods/binding create leaves the pod object as it was, so the
-// recorder must not take the pod's old resourceVersion for the one the write made (a timeline would call the
-// binding a write that changed nothing, FieldWriters would credit it with an earlier change).
+// TestSubresourceCreateKeepsNoResourceVersion: a pods/binding create answers with a Status, not the pod, so
+// the recorder must not take a resourceVersion for the one the write made (a timeline would call the binding
+// a write that changed nothing, FieldWriters would credit it with an earlier change); an update's answer
+// carries the new one. The transport reads both from the wire, whatever client sent them.
 func TestSubresourceCreateKeepsNoResourceVersion(t *testing.T) {
 	scheme := newScheme()
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p", ResourceVersion: "7"}}
-	base := interceptor.NewClient(fake.NewClientBuilder().WithScheme(scheme).WithObjects(pod.DeepCopy()).Build(), interceptor.Funcs{
-		SubResourceCreate: func(context.Context, client.Client, string, client.Object, client.Object, ...client.SubResourceCreateOption) error {
-			return nil
-		},
+	mapper := meta.NewDefaultRESTMapper(nil)
+	mapper.Add(corev1.SchemeGroupVersion.WithKind("Pod"), meta.RESTScopeNamespace)
+	s := &Suite{rec: newRecorder(scheme, newBroadcast(), newScopes()), scheme: scheme,
+		Client: fake.NewClientBuilder().WithScheme(scheme).WithRESTMapper(mapper).Build()}
+	apiServer := roundTripFunc(func(req *http.Request) (*http.Response, error) {
+		body := `{"kind":"Pod","apiVersion":"v1","metadata":{"namespace":"ns","name":"p","uid":"u1","resourceVersion":"8"}}`
+		if strings.HasSuffix(req.URL.Path, "/binding") {
+			body = `{"kind":"Status","apiVersion":"v1","status":"Success","code":201}`
+		}
+		return &http.Response{StatusCode: 201, Header: http.Header{"Content-Type": []string{"application/json"}},
+			Body: io.NopCloser(strings.NewReader(body)), Request: req}, nil
 	})
-	b := newBroadcast()
-	s := &Suite{rec: newRecorder(scheme, b, newScopes())}
-	c := s.recordingClient(base, "dataplane", "", "", nil)
-	binding := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "p"}, Target: corev1.ObjectReference{Kind: "Node", Name: "n"}}
-	if err := c.SubResource("binding").Create(t.Context(), pod, binding); err != nil {
-		t.Fatal(err)
+	rt := &recordingTransport{s: s, w: writer{manager: "dataplane"}, next: apiServer}
+	send := func(method, path, body string) {
+		req, _ := http.NewRequestWithContext(t.Context(), method, "https://api"+path, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := rt.RoundTrip(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
 	}
-	if err := c.Update(t.Context(), pod); err != nil {
-		t.Fatal(err)
-	}
+	send(http.MethodPost, "/api/v1/namespaces/ns/pods/p/binding", `{"metadata":{"name":"p"},"target":{"kind":"Node","name":"n"}}`)
+	send(http.MethodPut, "/api/v1/namespaces/ns/pods/p", `{"metadata":{"name":"p","resourceVersion":"7"}}`)
 	ws := s.rec.writes("ns", WriteFilter{})
-	if len(ws) != 2 || ws[0].Subresource != "binding" || ws[0].ResourceVersion != "" || ws[1].ResourceVersion == "" || ws[1].ResourceVersion == "7" {
+	if len(ws) != 2 || ws[0].Subresource != "binding" || ws[0].Verb != VerbCreate || ws[0].Kind != "Pod" || ws[0].ResourceVersion != "" ||
+		ws[1].Verb != VerbUpdate || ws[1].ResourceVersion != "8" || ws[1].UID != "u1" {
 		t.Fatalf("writes %+v: want the binding with no resourceVersion, then the update with the new one", ws)
 	}
 }
+
+// roundTripFunc is an http.RoundTripper made of a function.
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
 
 // TestCaseArtifactsNamesACaseWithoutATest: a case's directory is named after its spec and namespace, and a
 // case made outside a test (no name) after its namespace alone.

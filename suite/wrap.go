@@ -12,7 +12,6 @@ import (
 
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/priorityqueue"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
@@ -21,19 +20,20 @@ import (
 )
 
 // wrappingManager is the manager.Manager that ManagerOptions.Register receives. It is the real manager but
-// for two methods: GetClient returns a recording client, and Add wraps every controller handed to it (the
-// controller-runtime builder adds each controller it builds through Add) before passing it on.
+// for Add, which wraps every controller handed to it (the controller-runtime builder adds each controller it
+// builds through Add) before passing it on. Its writes are recorded below any client, by the transport of
+// the rest.Config it was made with (recordingTransport).
 type wrappingManager struct {
 	manager.Manager
 	s       *Suite
 	name    string
 	ungated bool
-	client  client.Client
 	// wrapped counts the controllers wrapped, by controller name; err is the first controller that could not be.
 	wrapped map[string]int
 	err     error
-	// fence is set when a restart point stopped this manager instance: its later writes are refused.
-	fence atomic.Pointer[perturb.Point]
+	// fence is set when a restart point stopped this manager instance: its later writes are refused (its
+	// transport reads it).
+	fence *atomic.Pointer[perturb.Point]
 	// workers counts the wrapped controllers whose queue is observed and those whose workers have started
 	// (a worker's first Get from the queue: its sources have synced); see workersRunning.
 	workersMu          sync.Mutex
@@ -70,15 +70,9 @@ func (m *wrappingManager) workerStarted() {
 	}
 }
 
-func (s *Suite) newWrappingManager(mgr manager.Manager, name string, ungated bool) *wrappingManager {
-	m := &wrappingManager{Manager: mgr, s: s, name: name, ungated: ungated, wrapped: map[string]int{}}
-	m.client = s.recordingClient(mgr.GetClient(), name, "", "", &m.fence)
-	return m
+func (s *Suite) newWrappingManager(mgr manager.Manager, name string, ungated bool, fence *atomic.Pointer[perturb.Point]) *wrappingManager {
+	return &wrappingManager{Manager: mgr, s: s, name: name, ungated: ungated, wrapped: map[string]int{}, fence: fence}
 }
-
-// GetClient returns the manager's client with every write recorded: attributed to this manager and, when made
-// on a context derived from a reconcile pass's, to that pass and its controller.
-func (m *wrappingManager) GetClient() client.Client { return m.client }
 
 // Add wraps r first when it is a controller. A controller that cannot be wrapped is refused with an error
 // that names it and the controller-runtime version: its passes would otherwise go unrecorded.

@@ -59,7 +59,7 @@ func (e *echo) Reconcile(context.Context, reconcile.Request) (reconcile.Result, 
 func TestWrapsEveryControllerTheBuilderMakes(t *testing.T) {
 	s := testSuite()
 	spy := &runnableSpy{}
-	wm := s.newWrappingManager(spyManager{unstartedManager(t), spy}, "op", false)
+	wm := s.newWrappingManager(spyManager{unstartedManager(t), spy}, "op", false, nil)
 	e := &echo{}
 	if err := ctrl.NewControllerManagedBy(wm).For(&corev1.ConfigMap{}).Complete(e); err != nil {
 		t.Fatalf("%v", err)
@@ -123,7 +123,7 @@ func (opaque) GetLogger() logr.Logger      { return logr.Discard() }
 
 func TestRefusesAControllerItCannotWrap(t *testing.T) {
 	s := testSuite()
-	wm := s.newWrappingManager(unstartedManager(t), "op", false)
+	wm := s.newWrappingManager(unstartedManager(t), "op", false, nil)
 	err := wm.Add(&opaque{})
 	t.Log(err)
 	for _, want := range []string{"cannot wrap controller", "controller-runtime " + controllerRuntimeVersion(), "record none of its passes"} {
