@@ -118,8 +118,12 @@ type ManagerOptions struct {
 	// Register sets up the operator on mgr exactly as its main does, with its own unmodified
 	// SetupWithManager calls. mgr is the real manager but for two methods. GetClient returns a client that
 	// records every write. Add wraps every controller controller-runtime's builder makes (gate, pass
-	// accounting, requeue compression) under the name the builder gives it. Required.
-	Register func(mgr manager.Manager) error
+	// accounting, requeue compression) under the name the builder gives it. ctx is cancelled when this
+	// manager instance stops (Manager.Stop, Suite.Stop, a restart point, or a failed start), so what the
+	// operator starts on it outside the manager (a cluster cache's watches, say) ends with the manager;
+	// pass it where the operator's main passes its signal context. Each instance a restart point starts
+	// gets a fresh ctx. Required.
+	Register func(ctx context.Context, mgr manager.Manager) error
 }
 
 // Suite is one booted envtest with its managers, recorder, event stream and gate. Boot makes it; Stop ends it.
@@ -575,7 +579,10 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 		return nil, fmt.Errorf("suite: manager %s: %w", mo.Name, err)
 	}
 	wm := s.newWrappingManager(mgr, mo.Name, mo.Ungated)
-	if err := mo.Register(wm); err != nil {
+	// The instance's context: Register gets it, the manager runs on it, and stopping the instance cancels it.
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := mo.Register(ctx, wm); err != nil {
+		cancel()
 		if wm.err != nil {
 			return nil, wm.err
 		}
@@ -583,9 +590,9 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 	}
 	if wm.err != nil {
 		// Register went on past a controller the harness refused: still an error, never unrecorded passes.
+		cancel()
 		return nil, wm.err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{Name: mo.Name, mgr: mgr, opts: mo, wm: wm, holds: h, stop: cancel, done: make(chan error, 1), s: s}
 	go func() {
 		err := mgr.Start(ctx)

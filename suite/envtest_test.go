@@ -156,7 +156,7 @@ func TestPlainTestingT(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
 	s, err := Boot(t.Context(), Options{Scheme: newScheme(), WatchKinds: []client.Object{&corev1.ConfigMap{}},
 		Pins: catalog{"X-1": "a defect"},
-		Managers: []ManagerOptions{{Name: "op", Register: func(mgr manager.Manager) error {
+		Managers: []ManagerOptions{{Name: "op", Register: func(_ context.Context, mgr manager.Manager) error {
 			if err := (&marker{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 				return err
 			}
@@ -502,7 +502,9 @@ func testLeaderElection(t *testing.T, s *Suite) {
 		m, err := s.StartManager(ManagerOptions{Name: name, Ungated: true,
 			Cache:          cache.Options{DefaultNamespaces: map[string]cache.Config{c.Namespace: {}}},
 			LeaderElection: true, LeaderElectionID: "marker", LeaderElectionNamespace: c.Namespace,
-			Register: func(mgr manager.Manager) error { return (&marker{Client: mgr.GetClient()}).SetupWithManager(mgr) }})
+			Register: func(_ context.Context, mgr manager.Manager) error {
+				return (&marker{Client: mgr.GetClient()}).SetupWithManager(mgr)
+			}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -573,7 +575,7 @@ func TestControllerWatchingAKindWithNoCRD(t *testing.T) {
 	p := &recordtb.TB{TestName: "no-crd"}
 	c := s.NewCase(p)
 	defer p.RunCleanups()
-	_, err = s.StartManager(ManagerOptions{Name: "op", Register: func(mgr manager.Manager) error {
+	_, err = s.StartManager(ManagerOptions{Name: "op", Register: func(_ context.Context, mgr manager.Manager) error {
 		return ctrl.NewControllerManagedBy(mgr).For(&corev1.ConfigMap{}).WatchesMetadata(widget, &handler.EnqueueRequestForObject{}).
 			Complete(&marker{Client: mgr.GetClient()})
 	}})
