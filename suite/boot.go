@@ -101,6 +101,18 @@ type ManagerOptions struct {
 	Scheme *runtime.Scheme
 	// Cache options, e.g. DefaultNamespaces to scope the manager to one namespace as production would.
 	Cache cache.Options
+	// Client options of the manager's client, as the operator's main sets them (cluster-api's
+	// setup.ManagerClientOptions, say: objects read uncached, a default field owner). A default FieldOwner is
+	// recorded as each write's field owner when the write names none. HTTPClient must stay nil: the harness
+	// builds each manager's HTTP client from its own rest config (User-Agent, no gzip).
+	Client client.Options
+	// Controller is the controller configuration the manager's controllers default to, as the operator's
+	// main sets it (a priority queue, concurrency, a cache sync timeout). The harness overrides two fields:
+	// SkipNameValidation is always true (one operator's controllers run in several managers of one process,
+	// and controller-runtime refuses a controller name twice per process), and CacheSyncTimeout is at most
+	// Options.StartTimeout (zero or longer becomes it), so a source that cannot sync, a watched kind with no
+	// CRD, fails the manager within the start timeout instead of after main's minutes.
+	Controller config.Controller
 	// Ungated runs the manager wired as in production: its requests are recorded but never refused by the
 	// gate. Fakes run ungated; so does a second operator instance whose own scoping is under test.
 	Ungated bool
@@ -524,6 +536,9 @@ func validateManager(m ManagerOptions) error {
 	if strings.ContainsAny(m.Name, "/ \t") || m.Name == "case" {
 		return fmt.Errorf("Name %q is not a plain name (no '/', no space, not \"case\", which a Case's own writes use): use one such as \"multigres\"", m.Name)
 	}
+	if m.Client.HTTPClient != nil {
+		return fmt.Errorf("manager %q sets Client.HTTPClient: leave it nil, the harness builds each manager's HTTP client from its rest config (User-Agent, no gzip)", m.Name)
+	}
 	if m.Register == nil {
 		return fmt.Errorf("manager %q has no Register: set it to a func that sets the operator up on the manager it is given, as its main does", m.Name)
 	}
@@ -571,14 +586,18 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 		RenewDeadline:                 ptr.To(leaseRenewDeadline),
 		RetryPeriod:                   ptr.To(leaseRetryPeriod),
 		GracefulShutdownTimeout:       ptr.To(s.stopTimeout),
-		// A controller whose sources cannot sync (a watched kind with no CRD) makes its manager fail within
-		// the start timeout instead of controller-runtime's 2 minutes; the failure then fails the next check.
-		Controller: config.Controller{SkipNameValidation: ptr.To(true), CacheSyncTimeout: s.startTimeout},
+		Client:                        mo.Client,
+		Controller:                    controllerConfig(mo.Controller, s.startTimeout),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("suite: manager %s: %w", mo.Name, err)
 	}
 	wm := s.newWrappingManager(mgr, mo.Name, mo.Ungated)
+	if fo := mo.Client.FieldOwner; fo != "" {
+		// The manager's client applies its default field owner below the recording client, which would record
+		// none: named above it too, the write is recorded with the owner the API server gets.
+		wm.client = client.WithFieldOwner(wm.client, fo)
+	}
 	// The instance's context: Register gets it, the manager runs on it, and stopping the instance cancels it.
 	ctx, cancel := context.WithCancel(context.Background())
 	if err := mo.Register(ctx, wm); err != nil {
@@ -614,6 +633,19 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 	}
 	s.mu.Unlock()
 	return m, nil
+}
+
+// controllerConfig is the manager's controller configuration: c, the operator's, with SkipNameValidation
+// set (one operator's controllers run in several managers of the process) and CacheSyncTimeout at most
+// startTimeout, so a controller whose sources cannot sync (a watched kind with no CRD) makes its manager fail
+// within the start timeout instead of controller-runtime's 2 minutes or main's own; the failure then fails
+// the next check.
+func controllerConfig(c config.Controller, startTimeout time.Duration) config.Controller {
+	c.SkipNameValidation = ptr.To(true)
+	if c.CacheSyncTimeout <= 0 || c.CacheSyncTimeout > startTimeout {
+		c.CacheSyncTimeout = startTimeout
+	}
+	return c
 }
 
 // Stop checks that every case namespace handed to the namespace controller more than 30 s ago is gone (deletion hygiene; the error names the spec and what holds it), then stops every manager, the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,10 +22,12 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -183,6 +186,7 @@ func TestPlainTestingT(t *testing.T) {
 	t.Run("requested timeline", func(t *testing.T) { testRequestedTimeline(t, s) })
 	t.Run("perturbation", func(t *testing.T) { testPerturbation(t, s) })
 	t.Run("leader election", func(t *testing.T) { testLeaderElection(t, s) })
+	t.Run("client and controller options", func(t *testing.T) { testManagerClientAndController(t, s) })
 
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
@@ -587,5 +591,56 @@ func TestControllerWatchingAKindWithNoCRD(t *testing.T) {
 	t.Logf("after %s: %v", time.Since(start).Round(time.Millisecond), err)
 	if err == nil || !strings.Contains(err.Error(), "manager op") {
 		t.Fatalf("got %v, want an error naming manager op", err)
+	}
+}
+
+// ownerless sets data.seen on every ConfigMap with a merge patch that names no field owner, as an operator
+// relying on its client's default field owner writes.
+type ownerless struct{ client.Client }
+
+func (o *ownerless) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	cm := &corev1.ConfigMap{}
+	if err := o.Get(ctx, req.NamespacedName, cm); err != nil || cm.Data["seen"] == "yes" {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	return ctrl.Result{}, o.Patch(ctx, cm, client.RawPatch(types.MergePatchType, []byte(`{"data":{"seen":"yes"}}`)))
+}
+
+// testManagerClientAndController starts a manager with the client options and controller configuration an
+// operator's main sets (a default field owner, ConfigMaps read uncached, a priority queue, two workers, a
+// cache sync timeout of minutes): the manager runs with them, but for the fields the harness overrides, and a
+// write naming no field owner is recorded with the default the API server applied.
+func testManagerClientAndController(t *testing.T, s *Suite) {
+	c := s.NewCase(t, Unadmitted())
+	m, err := s.StartManager(ManagerOptions{Name: "opts", Ungated: true,
+		Cache:      cache.Options{DefaultNamespaces: map[string]cache.Config{c.Namespace: {}}},
+		Client:     client.Options{FieldOwner: "capi-manager", Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.ConfigMap{}}}},
+		Controller: config.Controller{UsePriorityQueue: ptr.To(true), MaxConcurrentReconciles: 2, CacheSyncTimeout: 5 * time.Minute},
+		Register: func(_ context.Context, mgr manager.Manager) error {
+			return ctrl.NewControllerManagedBy(mgr).Named("ownerless").For(&corev1.ConfigMap{}).Complete(&ownerless{Client: mgr.GetClient()})
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.AfterCleanup(func() { _ = m.Stop() })
+	got := m.mgr.GetControllerOptions()
+	if got.UsePriorityQueue == nil || !*got.UsePriorityQueue || got.MaxConcurrentReconciles != 2 ||
+		got.SkipNameValidation == nil || !*got.SkipNameValidation || got.CacheSyncTimeout != s.startTimeout {
+		t.Fatalf("the manager's controller options are %+v; want the priority queue and 2 workers asked, name validation skipped and the cache sync bounded by %s", got, s.startTimeout)
+	}
+	// Created with data: the API server tracks no field of an object created without any, nor of its updates.
+	if err := c.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owned"}, Data: map[string]string{"k": "v"}}); err != nil {
+		t.Fatal(err)
+	}
+	NewWithT(t).Eventually(func() []Write { return c.Writes(WriteFilter{Manager: "opts", Name: "owned"}) }).WithTimeout(patience).ShouldNot(BeEmpty())
+	if w := c.Writes(WriteFilter{Manager: "opts", Name: "owned"})[0]; w.FieldOwner != "capi-manager" {
+		t.Fatalf("write %+v: recorded field owner %q, want the client's default capi-manager", w, w.FieldOwner)
+	}
+	cm := &corev1.ConfigMap{}
+	if err := c.Get("owned", cm); err != nil {
+		t.Fatal(err)
+	}
+	if own, err := OwnershipOf(cm); err != nil || !slices.Contains(own.Owners("data.seen"), "capi-manager") {
+		t.Fatalf("data.seen is owned by %v (%v), want capi-manager: the client options did not reach the manager's client", own.Owners("data.seen"), err)
 	}
 }
