@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
@@ -54,6 +55,10 @@ type Options struct {
 	// CRDDirectoryPaths are directories (or files) of CRD YAML to install; each must exist and hold at least
 	// one CRD, relative paths are resolved against the working directory.
 	CRDDirectoryPaths []string
+	// CRDs are CRDs to install given as objects (a dependency's CRDs built in Go, say), beside those of
+	// CRDDirectoryPaths; each non-nil, named, and named once. envtest installs copies, so the objects are
+	// not changed. Neither CRDs nor CRDDirectoryPaths is required.
+	CRDs []*apiextensionsv1.CustomResourceDefinition
 	// Scheme knows every kind the managers, the Cases and WatchKinds use. Required.
 	Scheme *runtime.Scheme
 	// Managers are started in order once envtest is up; each name must be unique and non-empty.
@@ -375,7 +380,8 @@ func (s *Suite) Interrupted() bool { return s.interrupted.Load() }
 // killed by the next Boot.
 //
 // Errors (each one line that says what to do): missing envtest binaries or ones of another version, a CRD
-// path that does not exist, does not parse or holds no CRD, a CRD the API server refuses, a binary that does
+// path that does not exist, does not parse or holds no CRD, a nil, unnamed or repeated CRD object, a CRD the
+// API server refuses, a binary that does
 // not come up within Options.StartTimeout, a nil Scheme, an empty, duplicate or reserved manager name, a
 // controller that cannot be wrapped, a manager that fails to register or start, an external system with an
 // empty, duplicate or unwritable name or without Down or Slow, an ENSEMBLE_TIMELINE that is neither 1 nor a
@@ -405,6 +411,9 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := validateCRDs(opts.CRDs); err != nil {
+		return nil, err
+	}
 	if opts.Logger != nil {
 		logf.SetLogger(*opts.Logger)
 	} else if os.Getenv("ENSEMBLE_LOG") == "1" {
@@ -424,6 +433,7 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 	}
 	plane, err := controlplane.Start(&envtest.Environment{
 		CRDDirectoryPaths:     crdPaths,
+		CRDs:                  opts.CRDs,
 		ErrorIfCRDPathMissing: true,
 		// envtest waits 10 s by default for the CRDs to be served, which a loaded machine can exceed.
 		CRDInstallOptions:        envtest.CRDInstallOptions{MaxTime: opts.StartTimeout},

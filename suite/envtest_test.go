@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -157,8 +158,9 @@ func TestPlainTestingT(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	gadgets := gadgetCRD()
 	s, err := Boot(t.Context(), Options{Scheme: newScheme(), WatchKinds: []client.Object{&corev1.ConfigMap{}},
-		Pins: catalog{"X-1": "a defect"},
+		Pins: catalog{"X-1": "a defect"}, CRDs: []*apiextensionsv1.CustomResourceDefinition{gadgets},
 		Managers: []ManagerOptions{{Name: "op", Register: func(_ context.Context, mgr manager.Manager) error {
 			if err := (&marker{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 				return err
@@ -172,9 +174,13 @@ func TestPlainTestingT(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("envtest boot %s, kube-controller-manager collecting after %s more, ready %s", s.EnvtestBoot, s.KubeControllersReady, s.Ready)
+	if gadgets.ResourceVersion != "" || gadgets.Status.AcceptedNames.Kind != "" {
+		t.Errorf("Boot changed the CRD object it was given: %+v", gadgets.ObjectMeta)
+	}
 	if n := len(controlplane.ChildControlPlanes()); n != 3 {
 		t.Fatalf("want kube-apiserver, etcd and kube-controller-manager as children, got pids %v", controlplane.ChildControlPlanes())
 	}
+	t.Run("CRD given as an object", func(t *testing.T) { testCRDObject(t, s) })
 	t.Run("wrapped controller", func(t *testing.T) { testWrappedController(t, s) })
 	t.Run("field writers", func(t *testing.T) { testFieldWriters(t, s) })
 	t.Run("quiescence verdicts", func(t *testing.T) { testQuiescenceVerdicts(t, s) })
@@ -642,5 +648,32 @@ func testManagerClientAndController(t *testing.T, s *Suite) {
 	}
 	if own, err := OwnershipOf(cm); err != nil || !slices.Contains(own.Owners("data.seen"), "capi-manager") {
 		t.Fatalf("data.seen is owned by %v (%v), want capi-manager: the client options did not reach the manager's client", own.Owners("data.seen"), err)
+	}
+}
+
+// gadgetCRD is a namespaced CRD, gadgets.example.com, built in Go as a dependency's CRDs may be.
+func gadgetCRD() *apiextensionsv1.CustomResourceDefinition {
+	return &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "gadgets.example.com"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: "example.com",
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "gadgets", Singular: "gadget", Kind: "Gadget", ListKind: "GadgetList"},
+			Scope: apiextensionsv1.NamespaceScoped,
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type: "object", XPreserveUnknownFields: ptr.To(true)}}}},
+		},
+	}
+}
+
+// testCRDObject creates a Gadget, the kind of the CRD Boot got as an object (Options.CRDs): it is served.
+func testCRDObject(t *testing.T, s *Suite) {
+	c := s.NewCase(t, Unadmitted())
+	c.OptOut(Convergence, "no controller reconciles Gadgets")
+	g := &unstructured.Unstructured{}
+	g.SetGroupVersionKind(schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Gadget"})
+	g.SetName("g")
+	if err := c.Create(g); err != nil {
+		t.Fatalf("creating a Gadget, whose CRD Boot got in Options.CRDs: %v", err)
 	}
 }

@@ -84,7 +84,7 @@ func (st *stream) watch(ctx context.Context, c cache.Cache, kinds []client.Objec
 		}
 		inf, err := c.GetInformer(ctx, k)
 		if err != nil {
-			return fmt.Errorf("suite: watching %s: %w (is its CRD in Options.CRDDirectoryPaths?)", gvk.Kind, err)
+			return fmt.Errorf("suite: watching %s: %w (is its CRD in Options.CRDDirectoryPaths or Options.CRDs?)", gvk.Kind, err)
 		}
 		kind := gvk.Kind
 		_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{

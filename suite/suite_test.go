@@ -15,6 +15,7 @@ import (
 
 	"github.com/onsi/gomega/types"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -160,6 +161,9 @@ func TestBootRejectsBadInput(t *testing.T) {
 		"own HTTP client": {Options{Scheme: newScheme(), Managers: []ManagerOptions{{Name: "a", Register: noop, Client: client.Options{HTTPClient: http.DefaultClient}}}}, `sets Client.HTTPClient: leave it nil`, nil},
 		"no binaries":     {Options{Scheme: newScheme()}, "make envtest-assets", nil},
 		"wrong CRD path":  {Options{Scheme: newScheme(), CRDDirectoryPaths: []string{"operators/nope/config/crd"}}, "does not exist", nil},
+		"nil CRD":         {Options{Scheme: newScheme(), CRDs: []*apiextensionsv1.CustomResourceDefinition{nil}}, "Options.CRDs[0] is nil", nil},
+		"unnamed CRD":     {Options{Scheme: newScheme(), CRDs: []*apiextensionsv1.CustomResourceDefinition{{}}}, "Options.CRDs[0] has no metadata.name", nil},
+		"CRD twice":       {Options{Scheme: newScheme(), CRDs: []*apiextensionsv1.CustomResourceDefinition{gadgetCRD(), gadgetCRD()}}, `Options.CRDs[0] and [1] are both named "gadgets.example.com"`, nil},
 		"bad timeline":    {Options{Scheme: newScheme()}, "ENSEMBLE_TIMELINE=\"[\" is neither 1 nor a regexp", nil},
 		"bad point": {Options{Scheme: newScheme()}, `ENSEMBLE_PERTURB: perturb: point "conflict@a": no trigger`,
 			map[string]string{"ENSEMBLE_PERTURB": "conflict@a"}},
@@ -181,7 +185,7 @@ func TestBootRejectsBadInput(t *testing.T) {
 				t.Setenv("KUBEBUILDER_ASSETS", fakeAssets(t))
 				t.Setenv(k, v)
 			}
-			if name == "wrong CRD path" {
+			if name == "wrong CRD path" || strings.Contains(name, "CRD") {
 				t.Setenv("KUBEBUILDER_ASSETS", fakeAssets(t))
 			}
 			_, err := Boot(t.Context(), tc.opts)
