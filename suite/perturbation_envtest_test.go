@@ -302,7 +302,7 @@ func testPerturbation(t *testing.T, s *Suite) {
 		}
 		p = &recordtb.TB{TestName: "differential"}
 		c := s.NewCase(p)
-		c.AllowDifference("ConfigMap", "x", "data", "the test writes another value on purpose")
+		c.AllowDifference(Objects{Kind: "ConfigMap", Name: "x"}, "data", "the test writes another value on purpose")
 		o := cm("x", false)
 		o.Data = map[string]string{"k": "w"}
 		if err := c.Create(o); err != nil {
