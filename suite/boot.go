@@ -122,7 +122,8 @@ type ManagerOptions struct {
 	// Client options of the manager's client, as the operator's main sets them (cluster-api's
 	// setup.ManagerClientOptions, say: objects read uncached, a default field owner). A default FieldOwner is
 	// recorded as each write's field owner when the write names none. HTTPClient must stay nil: the harness
-	// builds each manager's HTTP client from its own rest config (User-Agent, no gzip).
+	// builds each manager's HTTP client from its own rest config (User-Agent, no gzip, the
+	// bookkeeping of open watches Stop names when the control plane does not stop).
 	Client client.Options
 	// Controller is the controller configuration the manager's controllers default to, as the operator's
 	// main sets it (a priority queue, concurrency, a cache sync timeout). The harness overrides two fields:
@@ -186,6 +187,8 @@ type Suite struct {
 	startTimeout   time.Duration
 	stopTimeout    time.Duration
 	cleanupTimeout time.Duration
+	// watches are the managers' open watch requests (watches.go).
+	watches watchLedger
 	// externals are Options.Externals by Name.
 	externals map[string]External
 	// timelineFor selects the passing specs that get a timeline too (ENSEMBLE_TIMELINE); nil selects none.
@@ -566,7 +569,7 @@ func validateManager(m ManagerOptions) error {
 		return fmt.Errorf("Name %q is not a plain name (no '/', no space, not \"case\", which a Case's own writes use): use one such as \"multigres\"", m.Name)
 	}
 	if m.Client.HTTPClient != nil {
-		return fmt.Errorf("manager %q sets Client.HTTPClient: leave it nil, the harness builds each manager's HTTP client from its rest config (User-Agent, no gzip)", m.Name)
+		return fmt.Errorf("manager %q sets Client.HTTPClient: leave it nil, the harness builds each manager's HTTP client from its rest config (User-Agent, no gzip, open-watch bookkeeping)", m.Name)
 	}
 	if m.Register == nil {
 		return fmt.Errorf("manager %q has no Register: set it to a func that sets the operator up on the manager it is given, as its main does", m.Name)
@@ -592,6 +595,9 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 	if cfg.UserAgent == "" {
 		cfg.UserAgent = "ensemble-" + mo.Name + "/v0"
 	}
+	// Every client built from the manager's config (its own, and those the operator builds from
+	// mgr.GetConfig()) notes its open watches, so a stop that times out names the manager still holding one.
+	cfg.Wrap(s.watches.wrap(mo.Name, cfg.UserAgent))
 	scheme := mo.Scheme
 	if scheme == nil {
 		scheme = s.scheme
@@ -695,7 +701,15 @@ func (s *Suite) Stop() error {
 			s.cancel()
 		}
 		if s.plane != nil {
+			// The managers' watches open now, the managers stopped: those no client closes while the control
+			// plane stops are what a stop that times out waited for.
+			open := s.watches.snapshot()
 			if err := s.plane.Stop(); err != nil {
+				if open := s.watches.heldOpen(open); open != "" {
+					// kube-apiserver waits for open watches: name who holds one, since the stop's own error
+					// names no cause.
+					err = fmt.Errorf("%w; watches still open on it: %s (end such a watch with its manager: start it on the ctx ManagerOptions.Register gets, not on context.Background())", err, open)
+				}
 				errs = append(errs, err)
 			}
 		}
