@@ -58,7 +58,7 @@ func (l *looper) SetupWithManager(mgr ctrl.Manager) error {
 
 // harnessManager runs the looper in a gated manager named "harness".
 func harnessManager() suite.ManagerOptions {
-	return suite.ManagerOptions{Name: "harness", Register: func(mgr manager.Manager) error {
+	return suite.ManagerOptions{Name: "harness", Register: func(_ context.Context, mgr manager.Manager) error {
 		return (&looper{Client: mgr.GetClient()}).SetupWithManager(mgr)
 	}}
 }

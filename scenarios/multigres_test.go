@@ -100,7 +100,7 @@ func bringUpHealthy(c *suite.Case, spec fixtures.MultigresSpec) time.Duration {
 	cluster, err := fixtures.Multigres(spec)
 	Expect(err).NotTo(HaveOccurred())
 	name := spec.Names().Shard
-	c.AllowDifference("Shard", name, "status.podRoles", "the multiorch stand-in makes the lowest-ordinal pooler serving at "+
+	c.AllowDifference(suite.Objects{Kind: "Shard", Name: name}, "status.podRoles", "the multiorch stand-in makes the lowest-ordinal pooler serving at "+
 		"election time PRIMARY: which pod that is depends on the order the pods come up")
 	start := time.Now()
 	Expect(c.Create(cluster)).To(Succeed())

@@ -178,7 +178,7 @@ var _ = Describe("harness verdicts under Ginkgo", Ordered, ContinueOnFailure, La
 			c.OptOut(suite.Convergence, noReconciler)
 			apply(c, "alpha")
 			apply(c, "beta")
-			c.AllowSharedField("ConfigMap", "shared", "data.k", "both appliers set the same value on purpose")
+			c.AllowSharedField(suite.Objects{Kind: "ConfigMap", Name: "shared"}, "data.k", "both appliers set the same value on purpose")
 		})
 		Expect(lines(p.Errors())).NotTo(ContainSubstring("field data.k"), "a declared shared field failed the case")
 		Expect(lines(p.Errors())).To(ContainSubstring("ConfigMap/shared field data.other is owned by field managers alpha and beta"),

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -83,6 +84,25 @@ func resolveCRDPaths(paths []string) ([]string, error) {
 		out = append(out, abs)
 	}
 	return out, nil
+}
+
+// validateCRDs checks the CRDs given as objects. Errors: a nil entry, one with no metadata.name, two of one
+// name.
+func validateCRDs(crds []*apiextensionsv1.CustomResourceDefinition) error {
+	seen := map[string]int{}
+	for i, c := range crds {
+		if c == nil {
+			return fmt.Errorf("suite: Options.CRDs[%d] is nil: leave it out or pass the CRD", i)
+		}
+		if c.Name == "" {
+			return fmt.Errorf("suite: Options.CRDs[%d] has no metadata.name: name it <plural>.<group>, as the API server requires", i)
+		}
+		if j, dup := seen[c.Name]; dup {
+			return fmt.Errorf("suite: Options.CRDs[%d] and [%d] are both named %q: pass each CRD once", j, i, c.Name)
+		}
+		seen[c.Name] = i
+	}
+	return nil
 }
 
 // countCRDs parses every YAML document of file and counts those of kind CustomResourceDefinition. Errors:

@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-logr/logr"
 
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/watch"
@@ -38,6 +39,13 @@ import (
 // defaultRequeueClamp is Options.RequeueClamp's default.
 const defaultRequeueClamp = 50 * time.Millisecond
 
+// defaultRequeueCompressAbove is Options.RequeueCompressAbove's default: 1 s. A requeue of a second or less is a
+// deliberate short deferral (cluster-api answers a second reconcile of an object within a second with one),
+// and compressed to 50 ms it comes back about 20 times for nothing (3,281 passes in a 69 s cluster-api spec,
+// 95% of them turned away before its reconciler); left as asked it costs a spec at most a second. The delays
+// compression is for, resyncs and polls of seconds to hours, are all above it.
+const defaultRequeueCompressAbove = time.Second
+
 // The Lease timings of a manager with LeaderElection. A follower tries to acquire the Lease every
 // leaseRetryPeriod (and the leader renews it as often), so it takes over within about that once the leader's
 // Stop releases it: 250 ms, where controller-runtime waits 2 s. A leader that cannot renew within
@@ -56,6 +64,10 @@ type Options struct {
 	// CRDDirectoryPaths are directories (or files) of CRD YAML to install; each must exist and hold at least
 	// one CRD, relative paths are resolved against the working directory.
 	CRDDirectoryPaths []string
+	// CRDs are CRDs to install given as objects (a dependency's CRDs built in Go, say), beside those of
+	// CRDDirectoryPaths; each non-nil, named, and named once. envtest installs copies, so the objects are
+	// not changed. Neither CRDs nor CRDDirectoryPaths is required.
+	CRDs []*apiextensionsv1.CustomResourceDefinition
 	// Scheme knows every kind the managers, the Cases and WatchKinds use. Required.
 	Scheme *runtime.Scheme
 	// Managers are started in order once envtest is up; each name must be unique and non-empty.
@@ -63,9 +75,15 @@ type Options struct {
 	// WatchKinds are the kinds the event stream watches in every namespace (prototypes such as
 	// &corev1.Pod{}); quiescence and Case cleanup look at these kinds.
 	WatchKinds []client.Object
-	// RequeueClamp is the longest RequeueAfter handed to controller-runtime; longer asked delays are
-	// shortened to it (the asked value stays in the Pass). Default 50 ms; negative disables compression.
+	// RequeueClamp is what requeue compression shortens an asked RequeueAfter to: one above both
+	// RequeueClamp and RequeueCompressAbove is handed to controller-runtime as RequeueClamp (Pass.Asked keeps
+	// the asked value, Pass.RequeueAfter the handed one). Default 50 ms; negative disables compression.
 	RequeueClamp time.Duration
+	// RequeueCompressAbove is the longest asked RequeueAfter that requeue compression leaves as asked: a
+	// short deliberate deferral (a per-object rate limit's "come back in 300 ms") is handed to
+	// controller-runtime unchanged, and only longer delays are shortened to RequeueClamp. Default 1 s (see
+	// defaultRequeueCompressAbove); negative compresses every delay above RequeueClamp.
+	RequeueCompressAbove time.Duration
 	// Pins is the defect catalog Case.KnownDefect checks references against; without it every pin fails.
 	Pins PinCatalog
 	// Dumpers add sections to every failure dump (a fake's log for the namespace, for instance).
@@ -103,6 +121,19 @@ type ManagerOptions struct {
 	Scheme *runtime.Scheme
 	// Cache options, e.g. DefaultNamespaces to scope the manager to one namespace as production would.
 	Cache cache.Options
+	// Client options of the manager's client, as the operator's main sets them (cluster-api's
+	// setup.ManagerClientOptions, say: objects read uncached, a default field owner). A default FieldOwner is
+	// recorded as each write's field owner when the write names none. HTTPClient must stay nil: the harness
+	// builds each manager's HTTP client from its own rest config (User-Agent, no gzip, the
+	// bookkeeping of open watches Stop names when the control plane does not stop).
+	Client client.Options
+	// Controller is the controller configuration the manager's controllers default to, as the operator's
+	// main sets it (a priority queue, concurrency, a cache sync timeout). The harness overrides two fields:
+	// SkipNameValidation is always true (one operator's controllers run in several managers of one process,
+	// and controller-runtime refuses a controller name twice per process), and CacheSyncTimeout is at most
+	// Options.StartTimeout (zero or longer becomes it), so a source that cannot sync, a watched kind with no
+	// CRD, fails the manager within the start timeout instead of after main's minutes.
+	Controller config.Controller
 	// Ungated runs the manager wired as in production: its requests are recorded but never refused by the
 	// gate. Fakes run ungated; so does a second operator instance whose own scoping is under test.
 	Ungated bool
@@ -121,8 +152,11 @@ type ManagerOptions struct {
 	// SetupWithManager calls. mgr is the real manager but for one method, and every client built on its
 	// rest.Config (GetClient, a clientset on GetConfig) has its writes recorded. Add wraps every controller
 	// controller-runtime's builder makes (gate, pass accounting, requeue compression) under the name the
-	// builder gives it. Required.
-	Register func(mgr manager.Manager) error
+	// builder gives it. ctx is cancelled when this manager instance stops (Manager.Stop, Suite.Stop, a
+	// restart point, or a failed start), so what the operator starts on it outside the manager (a cluster
+	// cache's watches, say) ends with the manager; pass it where the operator's main passes its signal
+	// context. Each instance a restart point starts gets a fresh ctx. Required.
+	Register func(ctx context.Context, mgr manager.Manager) error
 }
 
 // Suite is one booted envtest with its managers, recorder, event stream and gate. Boot makes it; Stop ends it.
@@ -142,9 +176,11 @@ type Suite struct {
 	scheme       *runtime.Scheme
 	watchKinds   []client.Object
 	requeueClamp time.Duration
-	pins         PinCatalog
-	dumpers      []Dumper
-	artifactsDir string
+	// requeueCompressAbove is Options.RequeueCompressAbove (negative: compress every delay above the clamp).
+	requeueCompressAbove time.Duration
+	pins                 PinCatalog
+	dumpers              []Dumper
+	artifactsDir         string
 	// evidenceAsked is false when artifactsDir is the default nobody chose; written then lists the pin
 	// evidence files Stop removes, so a passing run leaves nothing in the temp dir.
 	evidenceAsked  bool
@@ -153,6 +189,8 @@ type Suite struct {
 	startTimeout   time.Duration
 	stopTimeout    time.Duration
 	cleanupTimeout time.Duration
+	// watches are the managers' open watch requests (watches.go).
+	watches watchLedger
 	// externals are Options.Externals by Name.
 	externals map[string]External
 	// timelineFor selects the passing specs that get a timeline too (ENSEMBLE_TIMELINE); nil selects none.
@@ -365,7 +403,8 @@ func (s *Suite) Interrupted() bool { return s.interrupted.Load() }
 // killed by the next Boot.
 //
 // Errors (each one line that says what to do): missing envtest binaries or ones of another version, a CRD
-// path that does not exist, does not parse or holds no CRD, a CRD the API server refuses, a binary that does
+// path that does not exist, does not parse or holds no CRD, a nil, unnamed or repeated CRD object, a CRD the
+// API server refuses, a binary that does
 // not come up within Options.StartTimeout, a nil Scheme, an empty, duplicate or reserved manager name, a
 // controller that cannot be wrapped, a manager that fails to register or start, an external system with an
 // empty, duplicate or unwritable name or without Down or Slow, an ENSEMBLE_TIMELINE that is neither 1 nor a
@@ -395,6 +434,9 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := validateCRDs(opts.CRDs); err != nil {
+		return nil, err
+	}
 	if opts.Logger != nil {
 		logf.SetLogger(*opts.Logger)
 	} else if os.Getenv("ENSEMBLE_LOG") == "1" {
@@ -404,7 +446,8 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 	}
 
 	notify, sc := newBroadcast(), newScopes()
-	s := &Suite{timelineFor: timelineFor, scheme: opts.Scheme, watchKinds: opts.WatchKinds, requeueClamp: opts.RequeueClamp, pins: opts.Pins,
+	s := &Suite{timelineFor: timelineFor, scheme: opts.Scheme, watchKinds: opts.WatchKinds, requeueClamp: opts.RequeueClamp,
+		requeueCompressAbove: opts.RequeueCompressAbove, pins: opts.Pins,
 		dumpers: opts.Dumpers, artifactsDir: opts.ArtifactsDir, evidenceAsked: evidenceAsked, startTimeout: opts.StartTimeout,
 		stopTimeout: opts.StopTimeout, cleanupTimeout: opts.CleanupTimeout,
 		notify: notify, rec: newRecorder(opts.Scheme, notify, sc), stream: newStream(opts.Scheme, notify, sc),
@@ -414,6 +457,7 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 	}
 	plane, err := controlplane.Start(&envtest.Environment{
 		CRDDirectoryPaths:     crdPaths,
+		CRDs:                  opts.CRDs,
 		ErrorIfCRDPathMissing: true,
 		// envtest waits 10 s by default for the CRDs to be served, which a loaded machine can exceed.
 		CRDInstallOptions:        envtest.CRDInstallOptions{MaxTime: opts.StartTimeout},
@@ -489,6 +533,9 @@ func (o *Options) defaults() error {
 	if o.RequeueClamp == 0 {
 		o.RequeueClamp = defaultRequeueClamp
 	}
+	if o.RequeueCompressAbove == 0 {
+		o.RequeueCompressAbove = defaultRequeueCompressAbove
+	}
 	if o.StartTimeout == 0 {
 		o.StartTimeout = 60 * time.Second
 	}
@@ -528,6 +575,9 @@ func validateManager(m ManagerOptions) error {
 	if strings.ContainsAny(m.Name, "/ \t") || m.Name == "case" {
 		return fmt.Errorf("Name %q is not a plain name (no '/', no space, not \"case\", which a Case's own writes use): use one such as \"multigres\"", m.Name)
 	}
+	if m.Client.HTTPClient != nil {
+		return fmt.Errorf("manager %q sets Client.HTTPClient: leave it nil, the harness builds each manager's HTTP client from its rest config (User-Agent, no gzip, open-watch bookkeeping)", m.Name)
+	}
 	if m.Register == nil {
 		return fmt.Errorf("manager %q has no Register: set it to a func that sets the operator up on the manager it is given, as its main does", m.Name)
 	}
@@ -554,6 +604,9 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 	}
 	fence := &atomic.Pointer[perturb.Point]{}
 	s.wrapTransport(cfg, writer{manager: mo.Name, fence: fence, userAgent: cfg.UserAgent})
+	// Every client built from the manager's config (its own, and those the operator builds from
+	// mgr.GetConfig()) notes its open watches, so a stop that times out names the manager still holding one.
+	cfg.Wrap(s.watches.wrap(mo.Name, cfg.UserAgent))
 	scheme := mo.Scheme
 	if scheme == nil {
 		scheme = s.scheme
@@ -577,15 +630,17 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 		RenewDeadline:                 ptr.To(leaseRenewDeadline),
 		RetryPeriod:                   ptr.To(leaseRetryPeriod),
 		GracefulShutdownTimeout:       ptr.To(s.stopTimeout),
-		// A controller whose sources cannot sync (a watched kind with no CRD) makes its manager fail within
-		// the start timeout instead of controller-runtime's 2 minutes; the failure then fails the next check.
-		Controller: config.Controller{SkipNameValidation: ptr.To(true), CacheSyncTimeout: s.startTimeout},
+		Client:                        mo.Client,
+		Controller:                    controllerConfig(mo.Controller, s.startTimeout),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("suite: manager %s: %w", mo.Name, err)
 	}
 	wm := s.newWrappingManager(mgr, mo.Name, mo.Ungated, fence)
-	if err := mo.Register(wm); err != nil {
+	// The instance's context: Register gets it, the manager runs on it, and stopping the instance cancels it.
+	ctx, cancel := context.WithCancel(context.Background())
+	if err := mo.Register(ctx, wm); err != nil {
+		cancel()
 		if wm.err != nil {
 			return nil, wm.err
 		}
@@ -593,9 +648,9 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 	}
 	if wm.err != nil {
 		// Register went on past a controller the harness refused: still an error, never unrecorded passes.
+		cancel()
 		return nil, wm.err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{Name: mo.Name, mgr: mgr, opts: mo, wm: wm, holds: h, stop: cancel, done: make(chan error, 1), s: s}
 	go func() {
 		err := mgr.Start(ctx)
@@ -619,6 +674,19 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 	return m, nil
 }
 
+// controllerConfig is the manager's controller configuration: c, the operator's, with SkipNameValidation
+// set (one operator's controllers run in several managers of the process) and CacheSyncTimeout at most
+// startTimeout, so a controller whose sources cannot sync (a watched kind with no CRD) makes its manager fail
+// within the start timeout instead of controller-runtime's 2 minutes or main's own; the failure then fails
+// the next check.
+func controllerConfig(c config.Controller, startTimeout time.Duration) config.Controller {
+	c.SkipNameValidation = ptr.To(true)
+	if c.CacheSyncTimeout <= 0 || c.CacheSyncTimeout > startTimeout {
+		c.CacheSyncTimeout = startTimeout
+	}
+	return c
+}
+
 // Stop checks that every case namespace handed to the namespace controller more than 30 s ago is gone (deletion hygiene; the error names the spec and what holds it), then stops every manager, the
 // event stream, kube-controller-manager and envtest, within Options.StopTimeout per part (the managers,
 // cancelled all at once, share one), and makes
@@ -637,7 +705,15 @@ func (s *Suite) Stop() error {
 			s.cancel()
 		}
 		if s.plane != nil {
+			// The managers' watches open now, the managers stopped: those no client closes while the control
+			// plane stops are what a stop that times out waited for.
+			open := s.watches.snapshot()
 			if err := s.plane.Stop(); err != nil {
+				if open := s.watches.heldOpen(open); open != "" {
+					// kube-apiserver waits for open watches: name who holds one, since the stop's own error
+					// names no cause.
+					err = fmt.Errorf("%w; watches still open on it: %s (end such a watch with its manager: start it on the ctx ManagerOptions.Register gets, not on context.Background())", err, open)
+				}
 				errs = append(errs, err)
 			}
 		}

@@ -244,7 +244,7 @@ func (c *Case) fatalf(format string, args ...any) {
 // noMatchHint adds to a "no matches for kind" error where the CRD should have come from.
 func noMatchHint(err error) error {
 	if meta.IsNoMatchError(err) {
-		return fmt.Errorf("%w: its CRD is not installed; add the directory that holds it to Options.CRDDirectoryPaths (suite.ModuleDir finds a dependency's)", err)
+		return fmt.Errorf("%w: its CRD is not installed; add the directory that holds it to Options.CRDDirectoryPaths (suite.ModuleDir finds a dependency's), or the CRD to Options.CRDs", err)
 	}
 	return err
 }

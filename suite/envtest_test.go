@@ -18,15 +18,19 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -156,9 +160,10 @@ func TestPlainTestingT(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	gadgets := gadgetCRD()
 	s, err := Boot(t.Context(), Options{Scheme: newScheme(), WatchKinds: []client.Object{&corev1.ConfigMap{}, &rbacv1.ClusterRole{}},
-		Pins: catalog{"X-1": "a defect"},
-		Managers: []ManagerOptions{{Name: "op", Register: func(mgr manager.Manager) error {
+		Pins: catalog{"X-1": "a defect"}, CRDs: []*apiextensionsv1.CustomResourceDefinition{gadgets},
+		Managers: []ManagerOptions{{Name: "op", Register: func(_ context.Context, mgr manager.Manager) error {
 			if err := (&marker{Client: mgr.GetClient()}).SetupWithManager(mgr); err != nil {
 				return err
 			}
@@ -177,9 +182,13 @@ func TestPlainTestingT(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("envtest boot %s, kube-controller-manager collecting after %s more, ready %s", s.EnvtestBoot, s.KubeControllersReady, s.Ready)
+	if gadgets.ResourceVersion != "" || gadgets.Status.AcceptedNames.Kind != "" {
+		t.Errorf("Boot changed the CRD object it was given: %+v", gadgets.ObjectMeta)
+	}
 	if n := len(controlplane.ChildControlPlanes()); n != 3 {
 		t.Fatalf("want kube-apiserver, etcd and kube-controller-manager as children, got pids %v", controlplane.ChildControlPlanes())
 	}
+	t.Run("CRD given as an object", func(t *testing.T) { testCRDObject(t, s) })
 	t.Run("wrapped controller", func(t *testing.T) { testWrappedController(t, s) })
 	t.Run("field writers", func(t *testing.T) { testFieldWriters(t, s) })
 	t.Run("quiescence verdicts", func(t *testing.T) { testQuiescenceVerdicts(t, s) })
@@ -193,6 +202,7 @@ func TestPlainTestingT(t *testing.T) {
 	t.Run("leader election", func(t *testing.T) { testLeaderElection(t, s) })
 	t.Run("cluster-scoped objects", func(t *testing.T) { testClusterScoped(t, s) })
 	t.Run("clientset writes", func(t *testing.T) { testClientsetWrites(t, s) })
+	t.Run("client and controller options", func(t *testing.T) { testManagerClientAndController(t, s) })
 
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
@@ -512,7 +522,9 @@ func testLeaderElection(t *testing.T, s *Suite) {
 		m, err := s.StartManager(ManagerOptions{Name: name, Ungated: true,
 			Cache:          cache.Options{DefaultNamespaces: map[string]cache.Config{c.Namespace: {}}},
 			LeaderElection: true, LeaderElectionID: "marker", LeaderElectionNamespace: c.Namespace,
-			Register: func(mgr manager.Manager) error { return (&marker{Client: mgr.GetClient()}).SetupWithManager(mgr) }})
+			Register: func(_ context.Context, mgr manager.Manager) error {
+				return (&marker{Client: mgr.GetClient()}).SetupWithManager(mgr)
+			}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -589,7 +601,7 @@ func TestControllerWatchingAKindWithNoCRD(t *testing.T) {
 	p := &recordtb.TB{TestName: "no-crd"}
 	c := s.NewCase(p)
 	defer p.RunCleanups()
-	_, err = s.StartManager(ManagerOptions{Name: "op", Register: func(mgr manager.Manager) error {
+	_, err = s.StartManager(ManagerOptions{Name: "op", Register: func(_ context.Context, mgr manager.Manager) error {
 		return ctrl.NewControllerManagedBy(mgr).For(&corev1.ConfigMap{}).WatchesMetadata(widget, &handler.EnqueueRequestForObject{}).
 			Complete(&marker{Client: mgr.GetClient()})
 	}})
@@ -601,5 +613,124 @@ func TestControllerWatchingAKindWithNoCRD(t *testing.T) {
 	t.Logf("after %s: %v", time.Since(start).Round(time.Millisecond), err)
 	if err == nil || !strings.Contains(err.Error(), "manager op") {
 		t.Fatalf("got %v, want an error naming manager op", err)
+	}
+}
+
+// ownerless sets data.seen on every ConfigMap with a merge patch that names no field owner, as an operator
+// relying on its client's default field owner writes.
+type ownerless struct{ client.Client }
+
+func (o *ownerless) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	cm := &corev1.ConfigMap{}
+	if err := o.Get(ctx, req.NamespacedName, cm); err != nil || cm.Data["seen"] == "yes" {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	return ctrl.Result{}, o.Patch(ctx, cm, client.RawPatch(types.MergePatchType, []byte(`{"data":{"seen":"yes"}}`)))
+}
+
+// testManagerClientAndController starts a manager with the client options and controller configuration an
+// operator's main sets (a default field owner, ConfigMaps read uncached, a priority queue, two workers, a
+// cache sync timeout of minutes): the manager runs with them, but for the fields the harness overrides, and a
+// write naming no field owner is recorded with the default the API server applied.
+func testManagerClientAndController(t *testing.T, s *Suite) {
+	c := s.NewCase(t, Unadmitted())
+	m, err := s.StartManager(ManagerOptions{Name: "opts", Ungated: true,
+		Cache:      cache.Options{DefaultNamespaces: map[string]cache.Config{c.Namespace: {}}},
+		Client:     client.Options{FieldOwner: "capi-manager", Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.ConfigMap{}}}},
+		Controller: config.Controller{UsePriorityQueue: ptr.To(true), MaxConcurrentReconciles: 2, CacheSyncTimeout: 5 * time.Minute},
+		Register: func(_ context.Context, mgr manager.Manager) error {
+			return ctrl.NewControllerManagedBy(mgr).Named("ownerless").For(&corev1.ConfigMap{}).Complete(&ownerless{Client: mgr.GetClient()})
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.AfterCleanup(func() { _ = m.Stop() })
+	got := m.mgr.GetControllerOptions()
+	if got.UsePriorityQueue == nil || !*got.UsePriorityQueue || got.MaxConcurrentReconciles != 2 ||
+		got.SkipNameValidation == nil || !*got.SkipNameValidation || got.CacheSyncTimeout != s.startTimeout {
+		t.Fatalf("the manager's controller options are %+v; want the priority queue and 2 workers asked, name validation skipped and the cache sync bounded by %s", got, s.startTimeout)
+	}
+	// Created with data: the API server tracks no field of an object created without any, nor of its updates.
+	if err := c.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "owned"}, Data: map[string]string{"k": "v"}}); err != nil {
+		t.Fatal(err)
+	}
+	NewWithT(t).Eventually(func() []Write { return c.Writes(WriteFilter{Manager: "opts", Name: "owned"}) }).WithTimeout(patience).ShouldNot(BeEmpty())
+	if w := c.Writes(WriteFilter{Manager: "opts", Name: "owned"})[0]; w.FieldOwner != "capi-manager" {
+		t.Fatalf("write %+v: recorded field owner %q, want the client's default capi-manager", w, w.FieldOwner)
+	}
+	cm := &corev1.ConfigMap{}
+	if err := c.Get("owned", cm); err != nil {
+		t.Fatal(err)
+	}
+	if own, err := OwnershipOf(cm); err != nil || !slices.Contains(own.Owners("data.seen"), "capi-manager") {
+		t.Fatalf("data.seen is owned by %v (%v), want capi-manager: the client options did not reach the manager's client", own.Owners("data.seen"), err)
+	}
+}
+
+// gadgetCRD is a namespaced CRD, gadgets.example.com, built in Go as a dependency's CRDs may be.
+func gadgetCRD() *apiextensionsv1.CustomResourceDefinition {
+	return &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "gadgets.example.com"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: "example.com",
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Plural: "gadgets", Singular: "gadget", Kind: "Gadget", ListKind: "GadgetList"},
+			Scope: apiextensionsv1.NamespaceScoped,
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true,
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type: "object", XPreserveUnknownFields: ptr.To(true)}}}},
+		},
+	}
+}
+
+// testCRDObject creates a Gadget, the kind of the CRD Boot got as an object (Options.CRDs): it is served.
+func testCRDObject(t *testing.T, s *Suite) {
+	c := s.NewCase(t, Unadmitted())
+	c.OptOut(Convergence, "no controller reconciles Gadgets")
+	g := &unstructured.Unstructured{}
+	g.SetGroupVersionKind(schema.GroupVersionKind{Group: "example.com", Version: "v1", Kind: "Gadget"})
+	g.SetName("g")
+	if err := c.Create(g); err != nil {
+		t.Fatalf("creating a Gadget, whose CRD Boot got in Options.CRDs: %v", err)
+	}
+}
+
+// TestStopNamesTheManagerHoldingAWatch: kube-apiserver does not stop while a watch is open on it, and
+// envtest's timeout names no cause. A manager whose Register starts a watch on context.Background() (not on
+// the ctx it gets) leaves that watch open past its own stop; Suite.Stop's error names the manager, its
+// User-Agent and the watch, and none of the watches the manager's own informers closed when it stopped.
+func TestStopNamesTheManagerHoldingAWatch(t *testing.T) {
+	if _, err := controlplane.AssetsDir(); err != nil {
+		t.Skip(err)
+	}
+	s, err := Boot(t.Context(), Options{Scheme: newScheme(), WatchKinds: []client.Object{&corev1.ConfigMap{}},
+		Pins: catalog{}, KubeControllers: []string{}, StopTimeout: 3 * time.Second,
+		Managers: []ManagerOptions{{Name: "leaky", Register: func(_ context.Context, mgr manager.Manager) error {
+			cs, err := kubernetes.NewForConfig(mgr.GetConfig())
+			if err != nil {
+				return err
+			}
+			w, err := cs.CoreV1().Secrets("").Watch(context.Background(), metav1.ListOptions{})
+			if err != nil {
+				return err
+			}
+			go func() {
+				for range w.ResultChan() {
+				}
+			}()
+			return (&marker{Client: mgr.GetClient()}).SetupWithManager(mgr)
+		}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = s.Stop()
+	t.Log(err)
+	msg := fmt.Sprint(err)
+	for _, want := range []string{"kube-apiserver", "watches still open on it: manager leaky (User-Agent ensemble-leaky/v0) holds 1 watch: GET /api/v1/secrets?", "watch=true"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("Stop's error does not say %q", want)
+		}
+	}
+	if strings.Contains(msg, "configmaps") {
+		t.Errorf("Stop's error names a watch of the manager's informers, which closed when it stopped")
 	}
 }

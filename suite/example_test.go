@@ -51,7 +51,7 @@ func Example() {
 		Scheme:     scheme,
 		WatchKinds: []client.Object{&corev1.ConfigMap{}},
 		Pins:       catalog{},
-		Managers: []suite.ManagerOptions{{Name: "operator", Register: func(mgr manager.Manager) error {
+		Managers: []suite.ManagerOptions{{Name: "operator", Register: func(_ context.Context, mgr manager.Manager) error {
 			return (&labeller{Client: mgr.GetClient()}).SetupWithManager(mgr)
 		}}},
 	})

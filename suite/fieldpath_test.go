@@ -47,18 +47,24 @@ func TestFieldPathsRejectMalformed(t *testing.T) {
 		f(c)
 		return p, c
 	}
-	p, c := declare(func(c *Case) { c.AllowSharedField("ConfigMap", "shared", "data..a[", "on purpose") })
-	if len(p.Fatals()) != 1 || strings.Contains(p.Fatals()[0], "\n") || !strings.Contains(p.Fatals()[0], `AllowSharedField("ConfigMap", "shared", "data..a["`) ||
+	p, c := declare(func(c *Case) {
+		c.AllowSharedField(Objects{Kind: "ConfigMap", Name: "shared"}, "data..a[", "on purpose")
+	})
+	if len(p.Fatals()) != 1 || strings.Contains(p.Fatals()[0], "\n") || !strings.Contains(p.Fatals()[0], `AllowSharedField(suite.Objects{Kind:"ConfigMap", Name:"shared", OwnerKind:""}, "data..a["`) ||
 		!strings.Contains(p.Fatals()[0], fieldPathGrammar) || len(c.sharedOK) != 0 {
 		t.Fatalf("AllowSharedField of a malformed path: fatals %q, declared %v; want one line naming the path and the form, nothing declared", p.Fatals(), c.sharedOK)
 	}
 	t.Log(p.Fatals()[0])
-	p, c = declare(func(c *Case) { c.AllowSharedField("ConfigMap", "shared", "data.k", "on purpose") })
-	if p.Failed() || !c.fieldAllowed(c.sharedOK, "ConfigMap", "shared", "data.k") || !c.fieldAllowed(c.sharedOK, "ConfigMap", "shared", "data.k.x") ||
-		c.fieldAllowed(c.sharedOK, "ConfigMap", "shared", "data.kk") || c.fieldAllowed(c.sharedOK, "ConfigMap", "other", "data.k") {
+	p, c = declare(func(c *Case) { c.AllowSharedField(Objects{Kind: "ConfigMap", Name: "shared"}, "data.k", "on purpose") })
+	if p.Failed() || !c.fieldAllowed(c.sharedOK, "ConfigMap", "shared", nil, "data.k") || !c.fieldAllowed(c.sharedOK, "ConfigMap", "shared", nil, "data.k.x") ||
+		c.fieldAllowed(c.sharedOK, "ConfigMap", "shared", nil, "data.kk") || c.fieldAllowed(c.sharedOK, "ConfigMap", "other", nil, "data.k") {
 		t.Fatalf("AllowSharedField of a good path: fatals %q, declared %v", p.Fatals(), c.sharedOK)
 	}
-	p, c = declare(func(c *Case) { c.AllowDifference("Shard", "s", "status.podRoles[", "timing") })
+	p, c = declare(func(c *Case) { c.AllowSharedField(Objects{Name: "shared"}, "data.k", "on purpose") })
+	if len(p.Fatals()) != 1 || !strings.Contains(p.Fatals()[0], "give the objects' Kind") || len(c.sharedOK) != 0 {
+		t.Fatalf("AllowSharedField without a kind: fatals %q, declared %v", p.Fatals(), c.sharedOK)
+	}
+	p, c = declare(func(c *Case) { c.AllowDifference(Objects{Kind: "Shard", Name: "s"}, "status.podRoles[", "timing") })
 	if len(p.Fatals()) != 1 || !strings.Contains(p.Fatals()[0], `"status.podRoles["`) || len(c.differOK) != 0 {
 		t.Fatalf("AllowDifference of a malformed path: fatals %q, declared %v", p.Fatals(), c.differOK)
 	}
@@ -137,5 +143,45 @@ func TestDialectOptionalKeysAndLargeNumbers(t *testing.T) {
 				t.Fatalf("Ownership's %s is not a field of flatten's:\n%s", path, strings.Join(slices.Sorted(maps.Keys(flat)), "\n"))
 			}
 		}
+	}
+}
+
+// TestOracleExceptionsByKindAndOwner: an exception declared for a kind covers every object of that kind,
+// whatever its name (MachineSets' names are generated), and one narrowed by an owner kind covers only the
+// objects with an ownerReference of that kind, read from the object (SharedFields) or from its flattened
+// end state (Differential).
+func TestOracleExceptionsByKindAndOwner(t *testing.T) {
+	p := &recordtb.TB{TestName: "by-kind"}
+	c := &Case{t: p, s: &Suite{}}
+	c.AllowSharedField(Objects{Kind: "MachineSet", OwnerKind: "MachineDeployment"}, "metadata.finalizers", "co-owned on purpose")
+	c.AllowSharedField(Objects{Kind: "Machine"}, "status.phase", "any Machine")
+	if p.Failed() {
+		t.Fatal(p.Fatals())
+	}
+	for _, tc := range []struct {
+		kind, name string
+		owners     []string
+		path       string
+		want       bool
+	}{
+		{"MachineSet", "md-7xk2p", []string{"MachineDeployment"}, "metadata.finalizers[cluster.x-k8s.io/md]", true},
+		{"MachineSet", "md-q9w4z", []string{"Cluster", "MachineDeployment"}, "metadata.finalizers", true},
+		{"MachineSet", "md-7xk2p", nil, "metadata.finalizers", false},
+		{"MachineSet", "md-7xk2p", []string{"Cluster"}, "metadata.finalizers", false},
+		{"MachineSet", "md-7xk2p", []string{"MachineDeployment"}, "spec.replicas", false},
+		{"Machine", "m-1", nil, "status.phase", true},
+		{"MachineDeployment", "md", nil, "metadata.finalizers", false},
+	} {
+		if got := c.fieldAllowed(c.sharedOK, tc.kind, tc.name, tc.owners, tc.path); got != tc.want {
+			t.Errorf("%s/%s owned by %v, %s: allowed %v, want %v", tc.kind, tc.name, tc.owners, tc.path, got, tc.want)
+		}
+	}
+	ms := &unstructured.Unstructured{}
+	ms.SetOwnerReferences([]metav1.OwnerReference{{APIVersion: "cluster.x-k8s.io/v1beta2", Kind: "MachineDeployment", Name: "md", UID: "u1"}})
+	if got := flatOwnerKinds(flatten(ms)); !slices.Equal(got, []string{"MachineDeployment"}) {
+		t.Errorf("owner kinds read from the flattened object: %v, want [MachineDeployment]", got)
+	}
+	if got := (Objects{Kind: "MachineSet", OwnerKind: "MachineDeployment"}).String(); got != "every MachineSet owned by a MachineDeployment" {
+		t.Errorf("String() = %q", got)
 	}
 }

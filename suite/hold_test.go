@@ -417,7 +417,7 @@ func TestHolds(t *testing.T) {
 	c := s.NewCase(t)
 	c.OptOut(Convergence, "the manager runs no controller: an event handler on its cache observes the holds")
 	seen := &cmEvents{ns: c.Namespace, by: map[string][]string{}}
-	m, err := s.StartManager(ManagerOptions{Name: "viewer", Register: func(mgr manager.Manager) error {
+	m, err := s.StartManager(ManagerOptions{Name: "viewer", Register: func(_ context.Context, mgr manager.Manager) error {
 		inf, err := mgr.GetCache().GetInformer(context.Background(), &corev1.ConfigMap{})
 		if err != nil {
 			return err

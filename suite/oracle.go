@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/ensembletest/ensemble/suite/perturb"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // Oracle names one of the checks every Case runs without being asked (docs/architecture.md, "Oracles").
@@ -112,51 +113,108 @@ func (c *Case) OptOut(o Oracle, reason string) {
 	c.report("oracle "+string(o)+" opted out", reason)
 }
 
+// Objects selects the objects of a case's namespace an oracle exception (AllowSharedField, AllowDifference)
+// covers: every object of Kind (required), only the one named Name when Name is set, and only those with an
+// ownerReference of kind OwnerKind when OwnerKind is set. Select by Kind, narrowed by OwnerKind, the objects
+// whose names are generated (the MachineSets a MachineDeployment makes, whose finalizers it co-owns on
+// purpose), and by Name one object of a fixed name.
+type Objects struct {
+	// Kind is the objects' kind, as in Change.Kind ("MachineSet").
+	Kind string
+	// Name, when set, selects the one object of that name.
+	Name string
+	// OwnerKind, when set, selects only the objects with an ownerReference of that kind ("MachineDeployment").
+	OwnerKind string
+}
+
+// String renders the selection as reports show it: "Kind/name", or "every Kind", each followed by
+// " owned by a OwnerKind" when OwnerKind is set.
+func (o Objects) String() string {
+	s := o.Kind + "/" + o.Name
+	if o.Name == "" {
+		s = "every " + o.Kind
+	}
+	if o.OwnerKind != "" {
+		s += " owned by a " + o.OwnerKind
+	}
+	return s
+}
+
+// covers reports whether the object kind/name, whose ownerReferences have the kinds ownerKinds, is selected.
+func (o Objects) covers(kind, name string, ownerKinds []string) bool {
+	return o.Kind == kind && (o.Name == "" || o.Name == name) && (o.OwnerKind == "" || slices.Contains(ownerKinds, o.OwnerKind))
+}
+
 // AllowSharedField declares that the field path (e.g. "status.conditions[type=Ready].status", in the
-// dialect OwnershipOf and Change.Fields share) of the object kind/name, or any field under it, may be owned
+// dialect OwnershipOf and Change.Fields share) of the objects selected, or any field under it, may be owned
 // by more than one field manager at the case's end; reason is shown in the spec's report. The SharedFields
-// oracle still checks every other field. Without a kind, name, path or reason, or with a malformed path (see
+// oracle still checks every other field. Without a kind, a path or a reason, or with a malformed path (see
 // the form in its error), the test fails.
-func (c *Case) AllowSharedField(kind, name, path, reason string) {
+func (c *Case) AllowSharedField(objects Objects, path, reason string) {
 	c.t.Helper()
-	if c.allowField("AllowSharedField", &c.sharedOK, kind, name, path, reason, "why two field managers may own it") {
-		c.report("shared field allowed", fmt.Sprintf("%s/%s %s: %s", kind, name, path, reason))
+	if c.allowField("AllowSharedField", &c.sharedOK, objects, path, reason, "why two field managers may own it") {
+		c.report("shared field allowed", fmt.Sprintf("%s %s: %s", objects, path, reason))
 	}
 }
 
-// fieldAllowance is a field a spec declared with AllowSharedField or AllowDifference: the field path of
-// the object kind/name, which covers that field and every field under it (the rule under states).
-type fieldAllowance struct{ kind, name, path string }
+// fieldAllowance is a field a spec declared with AllowSharedField or AllowDifference: the field path of the
+// objects selected, which covers that field and every field under it (the rule under states).
+type fieldAllowance struct {
+	objects Objects
+	path    string
+}
 
 // allowField checks a declaration of call (AllowSharedField or AllowDifference) and adds it to to; why says
 // what the reason must explain. A missing part or a malformed path fails the test, adds nothing and
 // returns false.
-func (c *Case) allowField(call string, to *[]fieldAllowance, kind, name, path, reason, why string) bool {
+func (c *Case) allowField(call string, to *[]fieldAllowance, objects Objects, path, reason, why string) bool {
 	c.t.Helper()
-	if kind == "" || name == "" || path == "" || strings.TrimSpace(reason) == "" {
-		c.fatalf("suite: %s(%q, %q, %q, %q): give the object's kind and name, the field path and %s", call, kind, name, path, reason, why)
+	if objects.Kind == "" || path == "" || strings.TrimSpace(reason) == "" {
+		c.fatalf("suite: %s(%#v, %q, %q): give the objects' Kind (a Name or an OwnerKind narrows them), the field path and %s", call, objects, path, reason, why)
 		return false
 	}
 	if err := checkFieldPath(path); err != nil {
-		c.fatalf("suite: %s(%q, %q, %q, ...): %v", call, kind, name, path, err)
+		c.fatalf("suite: %s(%#v, %q, ...): %v", call, objects, path, err)
 		return false
 	}
 	c.mu.Lock()
-	*to = append(*to, fieldAllowance{kind, name, path})
+	*to = append(*to, fieldAllowance{objects, path})
 	c.mu.Unlock()
 	return true
 }
 
-// fieldAllowed reports whether one of the allowances covers field path of the object kind/name.
-func (c *Case) fieldAllowed(allowances []fieldAllowance, kind, name, path string) bool {
+// fieldAllowed reports whether one of the allowances covers field path of the object kind/name, whose
+// ownerReferences have the kinds ownerKinds.
+func (c *Case) fieldAllowed(allowances []fieldAllowance, kind, name string, ownerKinds []string, path string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, a := range allowances {
-		if a.kind == kind && a.name == name && under(path, a.path) {
+		if a.objects.covers(kind, name, ownerKinds) && under(path, a.path) {
 			return true
 		}
 	}
 	return false
+}
+
+// ownerKinds lists the kinds of obj's ownerReferences.
+func ownerKinds(obj client.Object) []string {
+	var out []string
+	for _, r := range obj.GetOwnerReferences() {
+		out = append(out, r.Kind)
+	}
+	return out
+}
+
+// flatOwnerKinds lists the kinds of the ownerReferences of an object flattened as the end state holds it
+// (fields "metadata.ownerReferences[<selector>].kind").
+func flatOwnerKinds(fields map[string]string) []string {
+	var out []string
+	for p, v := range fields {
+		if strings.HasPrefix(p, "metadata.ownerReferences[") && strings.HasSuffix(p, "].kind") {
+			out = append(out, v)
+		}
+	}
+	return out
 }
 
 // report adds a report entry shown without -v (Ginkgo), or logs it.
@@ -200,7 +258,7 @@ func (c *Case) sharedFieldErrors(*judgement) []string {
 		shared := own.sharedFields()
 		paths := make([]string, 0, len(shared))
 		for p := range shared {
-			if !c.fieldAllowed(c.sharedOK, kind, o.GetName(), p) {
+			if !c.fieldAllowed(c.sharedOK, kind, o.GetName(), ownerKinds(o), p) {
 				paths = append(paths, p)
 			}
 		}
@@ -299,9 +357,15 @@ func (c *Case) differentialErrors(j *judgement) []string {
 		return nil
 	}
 	var diff []string
-	for _, d := range perturb.Diff(base, j.endState(c)) {
+	end := j.endState(c)
+	for _, d := range perturb.Diff(base, end) {
 		kind, name, _ := strings.Cut(d.Object, "/")
-		if d.Path == "" || !c.fieldAllowed(c.differOK, kind, name, d.Path) {
+		// The object's owners as the perturbed run ended, or as an unperturbed run did when it is gone.
+		owners := flatOwnerKinds(end[d.Object])
+		for _, b := range base {
+			owners = append(owners, flatOwnerKinds(b[d.Object])...)
+		}
+		if d.Path == "" || !c.fieldAllowed(c.differOK, kind, name, owners, d.Path) {
 			diff = append(diff, d.String())
 		}
 	}
@@ -315,14 +379,15 @@ func (c *Case) differentialErrors(j *judgement) []string {
 }
 
 // AllowDifference declares that the field path (e.g. "status.podRoles", in the dialect Change.Fields and
-// OwnershipOf share) of the object kind/name, or any field under it, may end differently under a
+// OwnershipOf share) of the objects selected, or any field under it, may end differently under a
 // perturbation: the spec's operator decides it by timing (which pod an election picks, say), so the
 // unperturbed runs agreeing on it says nothing. The Differential oracle does not compare it; reason is shown
-// in the spec's report when the oracle runs (ENSEMBLE_BASELINE). Without a kind, name, path or reason, or
-// with a malformed path, the test fails. It matches fields by the rule AllowSharedField does.
-func (c *Case) AllowDifference(kind, name, path, reason string) {
+// in the spec's report when the oracle runs (ENSEMBLE_BASELINE). Without a kind, a path or a reason, or with
+// a malformed path, the test fails. It matches objects and fields by the rules AllowSharedField does; an
+// object's owners are those it ended with in the perturbed run, and in the unperturbed runs.
+func (c *Case) AllowDifference(objects Objects, path, reason string) {
 	c.t.Helper()
-	if c.allowField("AllowDifference", &c.differOK, kind, name, path, reason, "why its end value may differ") && len(c.s.baselines) > 0 {
-		c.report("difference allowed", fmt.Sprintf("%s/%s %s: %s", kind, name, path, reason))
+	if c.allowField("AllowDifference", &c.differOK, objects, path, reason, "why its end value may differ") && len(c.s.baselines) > 0 {
+		c.report("difference allowed", fmt.Sprintf("%s %s: %s", objects, path, reason))
 	}
 }

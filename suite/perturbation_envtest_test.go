@@ -1,11 +1,13 @@
 package suite
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -189,9 +191,22 @@ func testPerturbation(t *testing.T, s *Suite) {
 	})
 	t.Run("the handle follows a restart", func(t *testing.T) {
 		c := s.NewCase(t, Unadmitted())
+		// Each instance's Register context, in the order the instances started.
+		var ctxMu sync.Mutex
+		var ctxs []context.Context
+		registered := func() []context.Context {
+			ctxMu.Lock()
+			defer ctxMu.Unlock()
+			return slices.Clone(ctxs)
+		}
 		m, err := s.StartManager(ManagerOptions{Name: "own", Ungated: true,
-			Cache:    cache.Options{DefaultNamespaces: map[string]cache.Config{c.Namespace: {}}},
-			Register: func(mgr manager.Manager) error { return (&marker{Client: mgr.GetClient()}).SetupWithManager(mgr) }})
+			Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{c.Namespace: {}}},
+			Register: func(ctx context.Context, mgr manager.Manager) error {
+				ctxMu.Lock()
+				ctxs = append(ctxs, ctx)
+				ctxMu.Unlock()
+				return (&marker{Client: mgr.GetClient()}).SetupWithManager(mgr)
+			}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -217,12 +232,19 @@ func testPerturbation(t *testing.T, s *Suite) {
 			t.Fatal("the restart was over before the fresh instance's controllers ran their workers")
 		}
 		<-m.Elected()
+		// Register's context ends with its instance: the stopped one's is cancelled, the fresh one's is not.
+		if got := registered(); len(got) != 2 || got[0].Err() == nil || got[1].Err() != nil {
+			t.Fatalf("after a restart, %d Register contexts; want 2, the first cancelled with its instance and the second live", len(got))
+		}
 		// The spec's handle is the one it started; stopping it stops the instance the restart made.
 		if err := m.Stop(); err != nil {
 			t.Fatal(err)
 		}
 		if cur := current(); cur != nil {
 			t.Fatalf("after Stop on the original handle, manager %q still runs (the restarted instance)", cur.Name)
+		}
+		if err := registered()[1].Err(); err == nil {
+			t.Fatal("the restarted instance stopped, but the context its Register got was not cancelled")
 		}
 	})
 	t.Run("record and differential oracle", func(t *testing.T) {
@@ -282,7 +304,7 @@ func testPerturbation(t *testing.T, s *Suite) {
 		}
 		p = &recordtb.TB{TestName: "differential"}
 		c := s.NewCase(p)
-		c.AllowDifference("ConfigMap", "x", "data", "the test writes another value on purpose")
+		c.AllowDifference(Objects{Kind: "ConfigMap", Name: "x"}, "data", "the test writes another value on purpose")
 		o := cm("x", false)
 		o.Data = map[string]string{"k": "w"}
 		if err := c.Create(o); err != nil {

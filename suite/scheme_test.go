@@ -1,6 +1,8 @@
 package suite
 
 import (
+	"context"
+
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -12,4 +14,4 @@ func newScheme() *runtime.Scheme {
 	return s
 }
 
-func noop(manager.Manager) error { return nil }
+func noop(context.Context, manager.Manager) error { return nil }

@@ -222,13 +222,15 @@ func testOracles(t *testing.T, s *Suite) {
 		}
 	})
 	t.Run("shared field", func(t *testing.T) {
-		apply := func(c *Case, owner string) {
+		// applyTo applies data.k of ConfigMap name as field manager owner.
+		applyTo := func(c *Case, name, owner string) {
 			u := &corev1.ConfigMap{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "ConfigMap"},
-				ObjectMeta: metav1.ObjectMeta{Name: "shared", Namespace: c.Namespace}, Data: map[string]string{"k": "v"}}
+				ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.Namespace}, Data: map[string]string{"k": "v"}}
 			if err := s.Client.Patch(context.Background(), u, client.Apply, client.FieldOwner(owner), client.ForceOwnership); err != nil {
 				t.Fatal(err)
 			}
 		}
+		apply := func(c *Case, owner string) { applyTo(c, "shared", owner) }
 		p := probe("shared", func(c *Case) {
 			apply(c, "alpha")
 			apply(c, "beta")
@@ -240,11 +242,41 @@ func testOracles(t *testing.T, s *Suite) {
 		p = probe("shared-declared", func(c *Case) {
 			apply(c, "alpha")
 			apply(c, "beta")
-			c.AllowSharedField("ConfigMap", "shared", "data.k", "both appliers set the same value on purpose")
+			c.AllowSharedField(Objects{Kind: "ConfigMap", Name: "shared"}, "data.k", "both appliers set the same value on purpose")
 			c.RequireQuiescent(300*time.Millisecond, patience)
 		})
 		if p.Failed() {
 			t.Fatalf("a declared shared field failed the case: %q %q", p.Fatals(), p.Errors())
+		}
+		// Declared by kind and owner kind: the field of every ConfigMap a Secret owns, whatever its generated
+		// name, and of no other ConfigMap.
+		var owned []string
+		p = probe("shared-by-owner", func(c *Case) {
+			md := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "md"}}
+			if err := c.Create(md); err != nil {
+				t.Fatal(err)
+			}
+			ref := metav1.OwnerReference{APIVersion: "v1", Kind: "Secret", Name: md.Name, UID: md.UID}
+			for _, refs := range [][]metav1.OwnerReference{{ref}, {ref}, nil} {
+				o := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{GenerateName: "ms-", OwnerReferences: refs}}
+				if err := c.Create(o); err != nil {
+					t.Fatal(err)
+				}
+				if refs != nil {
+					owned = append(owned, o.Name)
+				}
+				applyTo(c, o.Name, "alpha")
+				applyTo(c, o.Name, "beta")
+			}
+			c.AllowSharedField(Objects{Kind: "ConfigMap", OwnerKind: "Secret"}, "data.k", "the owner's controller co-owns it on purpose")
+			c.RequireQuiescent(300*time.Millisecond, patience)
+		})
+		msg := strings.Join(p.Errors(), "\n")
+		if strings.Count(msg, "field data.k is owned by field managers alpha and beta") != 1 || strings.Contains(msg, owned[0]) || strings.Contains(msg, owned[1]) {
+			t.Fatalf("cleanup errors %q, want only the ConfigMap no Secret owns named, not %v", p.Errors(), owned)
+		}
+		if rep := strings.Join(p.Reports(), "\n"); !strings.Contains(rep, "every ConfigMap owned by a Secret data.k") {
+			t.Errorf("reports %q, want the declaration shown", p.Reports())
 		}
 	})
 	t.Run("convergence", func(t *testing.T) {

@@ -89,7 +89,7 @@ func (st *stream) watch(ctx context.Context, c cache.Cache, kinds []client.Objec
 		}
 		inf, err := c.GetInformer(ctx, k)
 		if err != nil {
-			return fmt.Errorf("suite: watching %s: %w (is its CRD in Options.CRDDirectoryPaths?)", gvk.Kind, err)
+			return fmt.Errorf("suite: watching %s: %w (is its CRD in Options.CRDDirectoryPaths or Options.CRDs?)", gvk.Kind, err)
 		}
 		_, err = inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{
 			AddFunc:    func(o any) { st.observe(gvk, Added, o) },

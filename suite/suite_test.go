@@ -16,10 +16,14 @@ import (
 
 	"github.com/onsi/gomega/types"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 
 	"github.com/ensembletest/ensemble/internal/recordtb"
 	"github.com/ensembletest/ensemble/suite/perturb"
@@ -155,8 +159,12 @@ func TestBootRejectsBadInput(t *testing.T) {
 		"reserved name":   {Options{Scheme: newScheme(), Managers: []ManagerOptions{{Name: "case", Register: noop}}}, `not a plain name`, nil},
 		"name with space": {Options{Scheme: newScheme(), Managers: []ManagerOptions{{Name: "my op", Register: noop}}}, `not a plain name`, nil},
 		"duplicate name":  {Options{Scheme: newScheme(), Managers: []ManagerOptions{{Name: "a", Register: noop}, {Name: "a", Register: noop}}}, `both named "a"`, nil},
+		"own HTTP client": {Options{Scheme: newScheme(), Managers: []ManagerOptions{{Name: "a", Register: noop, Client: client.Options{HTTPClient: http.DefaultClient}}}}, `sets Client.HTTPClient: leave it nil`, nil},
 		"no binaries":     {Options{Scheme: newScheme()}, "make envtest-assets", nil},
 		"wrong CRD path":  {Options{Scheme: newScheme(), CRDDirectoryPaths: []string{"operators/nope/config/crd"}}, "does not exist", nil},
+		"nil CRD":         {Options{Scheme: newScheme(), CRDs: []*apiextensionsv1.CustomResourceDefinition{nil}}, "Options.CRDs[0] is nil", nil},
+		"unnamed CRD":     {Options{Scheme: newScheme(), CRDs: []*apiextensionsv1.CustomResourceDefinition{{}}}, "Options.CRDs[0] has no metadata.name", nil},
+		"CRD twice":       {Options{Scheme: newScheme(), CRDs: []*apiextensionsv1.CustomResourceDefinition{gadgetCRD(), gadgetCRD()}}, `Options.CRDs[0] and [1] are both named "gadgets.example.com"`, nil},
 		"bad timeline":    {Options{Scheme: newScheme()}, "ENSEMBLE_TIMELINE=\"[\" is neither 1 nor a regexp", nil},
 		"bad point": {Options{Scheme: newScheme()}, `ENSEMBLE_PERTURB: perturb: point "conflict@a": no trigger`,
 			map[string]string{"ENSEMBLE_PERTURB": "conflict@a"}},
@@ -178,7 +186,7 @@ func TestBootRejectsBadInput(t *testing.T) {
 				t.Setenv("KUBEBUILDER_ASSETS", fakeAssets(t))
 				t.Setenv(k, v)
 			}
-			if name == "wrong CRD path" {
+			if name == "wrong CRD path" || strings.Contains(name, "CRD") {
 				t.Setenv("KUBEBUILDER_ASSETS", fakeAssets(t))
 			}
 			_, err := Boot(t.Context(), tc.opts)
@@ -481,5 +489,20 @@ func TestStopManagersCancelsAllThenWaitsOnce(t *testing.T) {
 	}
 	if len(s.managers) != 0 {
 		t.Errorf("managers left after stop: %v", s.managers)
+	}
+}
+
+// TestControllerConfigKeepsTheOperatorsChoices: a manager's controller configuration is the operator's, but
+// for name validation, always skipped, and the cache sync timeout, bounded by the start timeout.
+func TestControllerConfigKeepsTheOperatorsChoices(t *testing.T) {
+	start := 60 * time.Second
+	for _, tc := range []struct {
+		asked, want time.Duration
+	}{{0, start}, {5 * time.Minute, start}, {10 * time.Second, 10 * time.Second}} {
+		got := controllerConfig(config.Controller{UsePriorityQueue: ptr.To(true), MaxConcurrentReconciles: 3,
+			RecoverPanic: ptr.To(false), SkipNameValidation: ptr.To(false), CacheSyncTimeout: tc.asked}, start)
+		if !*got.UsePriorityQueue || got.MaxConcurrentReconciles != 3 || *got.RecoverPanic || !*got.SkipNameValidation || got.CacheSyncTimeout != tc.want {
+			t.Errorf("controllerConfig with a %s sync timeout = %+v; want the operator's queue, workers and panic choice, name validation skipped, a %s sync timeout", tc.asked, got, tc.want)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"k8s.io/client-go/util/workqueue"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -262,9 +263,22 @@ func (r *wrappedReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ 
 	}
 	res, err := r.inner.Reconcile(context.WithValue(ctx, passCtxKey{}, p), req)
 	asked := res.RequeueAfter
-	if clamp := r.s.requeueClamp; clamp > 0 && res.RequeueAfter > clamp {
-		res.RequeueAfter = clamp
-	}
+	res.RequeueAfter = r.s.handedRequeue(asked)
 	r.s.rec.endPass(p, false, err, res.RequeueAfter, asked)
 	return res, err
 }
+
+// handedRequeue is the RequeueAfter requeue compression hands controller-runtime for an asked one: asked when
+// compression is off (a negative RequeueClamp), when asked is at most RequeueClamp, or when it is at most
+// RequeueCompressAbove (a short deliberate deferral); else RequeueClamp (docs/architecture.md §3 Gate,
+// recorder and requeue compression).
+func (s *Suite) handedRequeue(asked time.Duration) time.Duration {
+	if s.requeueClamp <= 0 || asked <= s.requeueClamp || asked <= s.requeueCompressAbove {
+		return asked
+	}
+	return s.requeueClamp
+}
+
+// Compressed reports whether requeue compression shortened the pass's requeue: controller-runtime was handed
+// RequeueAfter instead of the Asked delay.
+func (p Pass) Compressed() bool { return p.RequeueAfter < p.Asked }

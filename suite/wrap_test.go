@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -19,7 +20,7 @@ import (
 func testSuite() *Suite {
 	n, sc := newBroadcast(), newScopes()
 	return &Suite{scheme: newScheme(), rec: newRecorder(newScheme(), n, sc), stream: newStream(newScheme(), n, sc), gate: newGate(),
-		notify: n, requeueClamp: defaultRequeueClamp}
+		notify: n, requeueClamp: defaultRequeueClamp, requeueCompressAbove: defaultRequeueCompressAbove}
 }
 
 // unstartedManager is a real manager on an address nothing listens on: building controllers needs no API server.
@@ -133,5 +134,42 @@ func TestRefusesAControllerItCannotWrap(t *testing.T) {
 	}
 	if err := wm.Add(manager.RunnableFunc(func(context.Context) error { return nil })); err != nil {
 		t.Fatalf("a runnable that is not a controller was refused: %v", err)
+	}
+}
+
+// TestRequeueCompressionLeavesShortDeferrals: a requeue of a second or less (cluster-api's "one reconcile per
+// object per second" answers an early request with one) is handed to controller-runtime as asked; only a
+// longer one is compressed to the clamp, and the pass says which. A negative RequeueCompressAbove compresses
+// every delay above the clamp, as all were before.
+func TestRequeueCompressionLeavesShortDeferrals(t *testing.T) {
+	for _, tc := range []struct {
+		above, asked, handed time.Duration
+	}{
+		{defaultRequeueCompressAbove, 0, 0},
+		{defaultRequeueCompressAbove, 30 * time.Millisecond, 30 * time.Millisecond},
+		{defaultRequeueCompressAbove, 300 * time.Millisecond, 300 * time.Millisecond},
+		{defaultRequeueCompressAbove, time.Second, time.Second},
+		{defaultRequeueCompressAbove, 1500 * time.Millisecond, defaultRequeueClamp},
+		{defaultRequeueCompressAbove, time.Hour, defaultRequeueClamp},
+		{-1, 300 * time.Millisecond, defaultRequeueClamp},
+		{-1, 30 * time.Millisecond, 30 * time.Millisecond},
+		// A threshold below the clamp never lengthens a delay.
+		{10 * time.Millisecond, 30 * time.Millisecond, 30 * time.Millisecond},
+	} {
+		s := testSuite()
+		s.requeueCompressAbove = tc.above
+		s.gate.admit("ns")
+		w := &wrappedReconciler{s: s, manager: "op", controller: "c", inner: reconcile.Func(func(context.Context, reconcile.Request) (reconcile.Result, error) {
+			return reconcile.Result{RequeueAfter: tc.asked}, nil
+		})}
+		res, err := w.Reconcile(context.Background(), reconcile.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: "a"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := s.rec.passes("ns", PassFilter{})[0]
+		if res.RequeueAfter != tc.handed || p.RequeueAfter != tc.handed || p.Asked != tc.asked || p.Compressed() != (tc.handed < tc.asked) {
+			t.Errorf("RequeueCompressAbove %s, asked %s: handed %s, pass %s (compressed %v); want %s handed and recorded",
+				tc.above, tc.asked, res.RequeueAfter, p.line(), p.Compressed(), tc.handed)
+		}
 	}
 }

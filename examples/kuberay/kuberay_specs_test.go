@@ -104,8 +104,8 @@ func fakeRayCase(jobStatus rayv1.JobStatus, apps ...string) (*suite.Case, string
 	fake := kuberay.NewFakeRay(jobStatus, apps...)
 	m, err := s.StartManager(suite.ManagerOptions{Name: name, Ungated: true,
 		Cache: cache.Options{DefaultNamespaces: map[string]cache.Config{c.Namespace: {}}},
-		Register: func(mgr manager.Manager) error {
-			return kuberay.Setup(context.Background(), mgr, kuberay.WithClientProvider(fake))
+		Register: func(ctx context.Context, mgr manager.Manager) error {
+			return kuberay.Setup(ctx, mgr, kuberay.WithClientProvider(fake))
 		}})
 	Expect(err).NotTo(HaveOccurred())
 	c.AfterCleanup(func() { _ = m.Stop() })

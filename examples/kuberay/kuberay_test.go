@@ -27,8 +27,8 @@ import (
 )
 
 // Setup fits ensemble's registration seam.
-var _ = suite.ManagerOptions{Name: "kuberay", Register: func(mgr manager.Manager) error {
-	return Setup(context.Background(), mgr)
+var _ = suite.ManagerOptions{Name: "kuberay", Register: func(ctx context.Context, mgr manager.Manager) error {
+	return Setup(ctx, mgr)
 }}
 
 func TestCRDPathHoldsTheRayCRDs(t *testing.T) {

@@ -51,7 +51,7 @@ var _ = BeforeSuite(func(ctx SpecContext) {
 			&corev1.Pod{}, &corev1.Service{}, &batchv1.Job{}, &appsv1.Deployment{}, &appsv1.ReplicaSet{}},
 		Pins: noPins{},
 		Managers: []suite.ManagerOptions{dp.ManagerOptions(), {Name: "kuberay",
-			Register: func(mgr manager.Manager) error { return kuberay.Setup(context.Background(), mgr) }}},
+			Register: func(ctx context.Context, mgr manager.Manager) error { return kuberay.Setup(ctx, mgr) }}},
 	})
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(func() { Expect(s.Stop()).To(Succeed()) })

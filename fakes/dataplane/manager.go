@@ -1,6 +1,8 @@
 package dataplane
 
 import (
+	"context"
+
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/ensembletest/ensemble/suite"
@@ -13,7 +15,7 @@ const ManagerName = "dataplane"
 // ManagerOptions returns the suite.ManagerOptions that run d's kubelet ungated in a manager named
 // "dataplane": it acts in every namespace, as a real kubelet would.
 func (d *DataPlane) ManagerOptions() suite.ManagerOptions {
-	return suite.ManagerOptions{Name: ManagerName, Ungated: true, Register: func(mgr manager.Manager) error {
+	return suite.ManagerOptions{Name: ManagerName, Ungated: true, Register: func(_ context.Context, mgr manager.Manager) error {
 		return d.SetupWithManager(mgr)
 	}}
 }
