@@ -91,6 +91,9 @@ type Options struct {
 	// Externals are the systems outside Kubernetes that the fakes play (a topology store, a registry), which
 	// perturbation points take down or slow by Name; each Name unique, each Down and Slow set.
 	Externals []External
+	// Webhooks are the operator's admission webhook configurations, served by the first manager whose
+	// Register registers a webhook handler (docs/architecture.md §3 Webhooks).
+	Webhooks WebhookOptions
 }
 
 // ManagerOptions describes one controller-runtime Manager: one operator instance.
@@ -152,6 +155,8 @@ type Suite struct {
 	cleanupTimeout time.Duration
 	// externals are Options.Externals by Name.
 	externals map[string]External
+	// hooks serves the operator's webhooks (webhook.go).
+	hooks *webhooks
 	// timelineFor selects the passing specs that get a timeline too (ENSEMBLE_TIMELINE); nil selects none.
 	timelineFor *regexp.Regexp
 
@@ -259,6 +264,12 @@ func (m *Manager) stopInstance(deadline time.Time, timeout time.Duration) error 
 	m.once.Do(func() {
 		m.stop()
 		m.err = m.wait(deadline, timeout)
+		m.rmu.Lock()
+		if m.stopped {
+			// Its owner stopped it (a restart point's restart keeps serving webhooks under its name).
+			m.s.hooks.release(m.Name)
+		}
+		m.rmu.Unlock()
 		m.s.mu.Lock()
 		delete(m.s.managers, m.Name)
 		m.s.mu.Unlock()
@@ -389,6 +400,10 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 	if err != nil {
 		return nil, err
 	}
+	hooks, err := readWebhooks(opts.Webhooks)
+	if err != nil {
+		return nil, err
+	}
 	if opts.Logger != nil {
 		logf.SetLogger(*opts.Logger)
 	} else if os.Getenv("ENSEMBLE_LOG") == "1" {
@@ -402,11 +417,11 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 		dumpers: opts.Dumpers, artifactsDir: opts.ArtifactsDir, evidenceAsked: evidenceAsked, startTimeout: opts.StartTimeout,
 		stopTimeout: opts.StopTimeout, cleanupTimeout: opts.CleanupTimeout,
 		notify: notify, rec: newRecorder(opts.Scheme, notify, sc), stream: newStream(opts.Scheme, notify, sc),
-		gate: newGate(), managers: map[string]*Manager{}, externals: externals}
+		gate: newGate(), managers: map[string]*Manager{}, externals: externals, hooks: hooks}
 	if err := s.perturbationEnv(); err != nil {
 		return nil, err
 	}
-	plane, err := controlplane.Start(&envtest.Environment{
+	env := &envtest.Environment{
 		CRDDirectoryPaths:     crdPaths,
 		ErrorIfCRDPathMissing: true,
 		// envtest waits 10 s by default for the CRDs to be served, which a loaded machine can exceed.
@@ -414,7 +429,10 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 		Scheme:                   opts.Scheme,
 		ControlPlaneStartTimeout: opts.StartTimeout,
 		ControlPlaneStopTimeout:  opts.StopTimeout,
-	}, func() {
+		// Webhook servers listen on loopback only (envtest picks the port and makes the certificates).
+		WebhookInstallOptions: envtest.WebhookInstallOptions{LocalServingHost: "127.0.0.1"},
+	}
+	plane, err := controlplane.Start(env, func() {
 		s.interrupted.Store(true)
 		_ = s.Stop()
 	})
@@ -422,6 +440,10 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 		return nil, err
 	}
 	s.plane = plane
+	if err := hooks.pointAt(env); err != nil {
+		_ = s.Stop()
+		return nil, err
+	}
 	s.EnvtestBoot = time.Since(start)
 	cfg := plane.Config
 	s.Config = cfg
@@ -443,6 +465,10 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 			_ = s.Stop()
 			return nil, err
 		}
+	}
+	if err := s.installWebhooks(ctx); err != nil {
+		_ = s.Stop()
+		return nil, err
 	}
 	s.Ready = time.Since(start)
 	return s, nil
@@ -552,6 +578,7 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 	if leNS == "" {
 		leNS = "default"
 	}
+	ws := s.hooks.newServer(s, mo.Name)
 	h := newHolds(scheme)
 	h.changed = func(k heldKey, ev watch.Event) *changeTrigger { return s.changeAt(mo.Name, k, ev) }
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
@@ -567,6 +594,7 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 		RenewDeadline:                 ptr.To(leaseRenewDeadline),
 		RetryPeriod:                   ptr.To(leaseRetryPeriod),
 		GracefulShutdownTimeout:       ptr.To(s.stopTimeout),
+		WebhookServer:                 ws,
 		// A controller whose sources cannot sync (a watched kind with no CRD) makes its manager fail within
 		// the start timeout instead of controller-runtime's 2 minutes; the failure then fails the next check.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true), CacheSyncTimeout: s.startTimeout},
@@ -585,6 +613,7 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 		// Register went on past a controller the harness refused: still an error, never unrecorded passes.
 		return nil, wm.err
 	}
+	s.hooks.claim(ws)
 	ctx, cancel := context.WithCancel(context.Background())
 	m := &Manager{Name: mo.Name, mgr: mgr, opts: mo, wm: wm, holds: h, stop: cancel, done: make(chan error, 1), s: s}
 	go func() {

@@ -546,7 +546,7 @@ func (s *Suite) writers(ns string) []string {
 	}
 	s.mu.Unlock()
 	for _, w := range s.rec.writes(ns, WriteFilter{IncludeRejected: true}) {
-		if w.Manager != caseManager {
+		if w.Manager != caseManager && w.Verb != VerbAdmit {
 			set[w.writer()] = true
 		}
 	}
