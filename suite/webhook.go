@@ -463,8 +463,12 @@ func (s *Suite) recordAdmission(manager, path string, names []string, req, resp 
 	s.rec.addWrite(w)
 }
 
-// webhookCall matches the API server's error for a webhook it could not call.
-var webhookCall = regexp.MustCompile(`failed calling webhook "([^"]+)": (.*)`)
+// webhookCall matches the API server's error for an admission webhook it could not call, conversionCall
+// that for a CRD's conversion webhook.
+var (
+	webhookCall    = regexp.MustCompile(`failed calling webhook "([^"]+)": (.*)`)
+	conversionCall = regexp.MustCompile(`conversion webhook for (\S+), Kind=(\S+) failed: (.*)`)
+)
 
 // webhookError is an error of the API server's about a webhook that did not answer, said in one line; it
 // wraps the API server's error.
@@ -476,28 +480,30 @@ type webhookError struct {
 func (e *webhookError) Error() string { return e.line }
 func (e *webhookError) Unwrap() error { return e.err }
 
-// webhookHint turns the API server's error for a webhook that did not answer into one line naming the
-// webhook, its path and the manager meant to serve it, the short cause and what to do; other errors are
-// returned as they are.
+// webhookHint turns the API server's error for a webhook that did not answer (admission or conversion) into
+// one line naming the webhook, its path and the manager meant to serve it, the short cause and what to do;
+// other errors are returned as they are.
 func (s *Suite) webhookHint(err error) error {
 	if err == nil || s.hooks == nil {
 		return err
 	}
-	m := webhookCall.FindStringSubmatch(err.Error())
-	if m == nil {
+	var name, path, cause string
+	if m := webhookCall.FindStringSubmatch(err.Error()); m != nil {
+		name, cause = "webhook "+m[1], m[2]
+		for p, names := range s.hooks.names {
+			if slices.Contains(names, m[1]) {
+				path = p
+			}
+		}
+	} else if m := conversionCall.FindStringSubmatch(err.Error()); m != nil {
+		name, path, cause = "the conversion webhook of "+m[2]+" ("+m[1]+")", "/convert", m[3]
+	} else {
 		return err
 	}
-	name, cause := m[1], m[2]
 	// "failed to call webhook: Post \"https://...\": dial tcp ...: connect: connection refused": the cause is
 	// what follows the URL.
 	if i := strings.LastIndex(cause, `": `); i >= 0 {
 		cause = cause[i+3:]
-	}
-	path := ""
-	for p, names := range s.hooks.names {
-		if slices.Contains(names, name) {
-			path = p
-		}
 	}
 	s.hooks.mu.Lock()
 	serving := s.hooks.serving
@@ -521,5 +527,5 @@ func (s *Suite) webhookHint(err error) error {
 			todo = "check the handler the manager registers at that path"
 		}
 	}
-	return &webhookError{line: fmt.Sprintf("suite: webhook %s %s did not answer: %s: %s", name, where, strings.ReplaceAll(cause, "\n", " "), todo), err: err}
+	return &webhookError{line: fmt.Sprintf("suite: %s %s did not answer: %s: %s", name, where, strings.ReplaceAll(cause, "\n", " "), todo), err: err}
 }

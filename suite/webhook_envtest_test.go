@@ -177,12 +177,12 @@ func TestWebhooks(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Logf("the test process listens on %v", listening)
-		NewWithT(t).Expect(listening).To(ContainElement("127.0.0.1:"+strconv.Itoa(s.hooks.port)), "the webhook server is not among the listeners found")
 		for _, l := range listening {
 			if host, _, _ := net.SplitHostPort(l); !net.ParseIP(host).IsLoopback() {
 				t.Errorf("the test process listens on %s, not on loopback", l)
 			}
 		}
+		NewWithT(t).Expect(listening).To(ContainElement("127.0.0.1:"+strconv.Itoa(s.hooks.port)), "the webhook server is not among the listeners found")
 	})
 
 	t.Run("mutation", func(t *testing.T) {
@@ -274,6 +274,22 @@ func TestWebhooks(t *testing.T) {
 			t.Fatal(err)
 		}
 		requireOneLine(t, s, "on", "suite: webhook "+mutatingName+" (path /mutate--v1-configmap, no manager serves webhooks) did not answer: ")
+
+		c := s.NewCase(t)
+		c.OptOut(Convergence, "no controller reconciles what this spec writes")
+		v1 := &gadgetV1{ObjectMeta: metav1.ObjectMeta{Name: "g"}}
+		if err := c.Create(v1); err != nil {
+			t.Fatal(err)
+		}
+		err := c.Get("g", &gadgetV2{})
+		t.Logf("%v", err)
+		want := "suite: the conversion webhook of Gadget (webhooktest.ensemble.dev/v1) (path /convert, no manager serves webhooks) did not answer: "
+		if err == nil || strings.Contains(err.Error(), "\n") || !strings.HasPrefix(err.Error(), want) {
+			t.Fatalf("got %v, want one line beginning %q", err, want)
+		}
+		if err := c.Delete(v1); err != nil {
+			t.Fatal(err)
+		}
 	})
 }
 
