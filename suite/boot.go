@@ -374,7 +374,9 @@ func (s *Suite) Interrupted() bool { return s.interrupted.Load() }
 // not come up within Options.StartTimeout, a nil Scheme, an empty, duplicate or reserved manager name, a
 // controller that cannot be wrapped, a manager that fails to register or start, an external system with an
 // empty, duplicate or unwritable name or without Down or Slow, an ENSEMBLE_TIMELINE that is neither 1 nor a
-// regexp, an interrupt. Whatever Boot started is stopped before it returns an error.
+// regexp, a webhook path that does not exist or holds no configuration, a configured webhook or conversion no
+// manager registers a handler for, webhooks the API server does not call within Options.StartTimeout, an
+// interrupt. Whatever Boot started is stopped before it returns an error.
 func Boot(ctx context.Context, opts Options) (*Suite, error) {
 	start := time.Now()
 	// A pin's evidence written to an artifacts directory nobody asked for is removed at Stop.

@@ -305,12 +305,12 @@ func (h *webhooks) unserved() []string {
 func (s *Suite) installWebhooks(ctx context.Context) error {
 	h := s.hooks
 	if missing := h.unserved(); len(missing) > 0 {
-		serving := "no manager registered a webhook handler"
+		who := "no manager registered a webhook handler, so nothing answers"
 		if h.serving != "" {
-			serving = "manager " + h.serving + " serves webhooks"
+			who = "manager " + h.serving + " serves webhooks but does not answer"
 		}
-		return fmt.Errorf("suite: %s, but none answers %s: register the operator's webhooks in its ManagerOptions.Register as its main does (ctrl.NewWebhookManagedBy, mgr.GetWebhookServer().Register), or leave the configuration out of Options.Webhooks",
-			serving, strings.Join(missing, "; "))
+		return fmt.Errorf("suite: %s %s: register the operator's webhooks in its ManagerOptions.Register as its main does (ctrl.NewWebhookManagedBy, mgr.GetWebhookServer().Register), or leave the configuration out of Options.Webhooks",
+			who, strings.Join(missing, "; "))
 	}
 	if len(h.mutating)+len(h.validating) == 0 {
 		return nil
