@@ -47,24 +47,12 @@ func resolveCRDPaths(paths []string) ([]string, error) {
 	wd, _ := os.Getwd()
 	var out []string
 	for _, p := range paths {
-		abs := p
-		if !filepath.IsAbs(p) {
-			abs = filepath.Join(wd, p)
-		}
-		fi, err := os.Stat(abs)
+		abs, files, err := manifestFiles(wd, p)
 		if err != nil {
 			return nil, fmt.Errorf("suite: CRD path %q does not exist (resolved to %s from %s): pass the directory that holds the generated CRD YAML (run `make generate` if it is missing)", p, abs, wd)
 		}
-		files := []string{abs}
-		if fi.IsDir() {
-			files = nil
-			for _, pat := range []string{"*.yaml", "*.yml", "*.json"} {
-				m, _ := filepath.Glob(filepath.Join(abs, pat))
-				files = append(files, m...)
-			}
-			if len(files) == 0 {
-				return nil, fmt.Errorf("suite: CRD path %q (%s) holds no .yaml, .yml or .json file: pass the directory that holds the generated CRD YAML (run `make generate`)", p, abs)
-			}
+		if len(files) == 0 {
+			return nil, fmt.Errorf("suite: CRD path %q (%s) holds no .yaml, .yml or .json file: pass the directory that holds the generated CRD YAML (run `make generate`)", p, abs)
 		}
 		crds := 0
 		for _, f := range files {
@@ -103,6 +91,28 @@ func validateCRDs(crds []*apiextensionsv1.CustomResourceDefinition) error {
 		seen[c.Name] = i
 	}
 	return nil
+}
+
+// manifestFiles resolves path against the working directory wd and lists the manifests it names: itself
+// when it is a file, else the .yaml, .yml and .json files directly in it (subdirectories are not searched).
+// Error: the path does not exist (abs is still returned, for the message).
+func manifestFiles(wd, path string) (abs string, files []string, err error) {
+	abs = path
+	if !filepath.IsAbs(path) {
+		abs = filepath.Join(wd, path)
+	}
+	fi, err := os.Stat(abs)
+	if err != nil {
+		return abs, nil, err
+	}
+	if !fi.IsDir() {
+		return abs, []string{abs}, nil
+	}
+	for _, pat := range []string{"*.yaml", "*.yml", "*.json"} {
+		m, _ := filepath.Glob(filepath.Join(abs, pat))
+		files = append(files, m...)
+	}
+	return abs, files, nil
 }
 
 // countCRDs parses every YAML document of file and counts those of kind CustomResourceDefinition. Errors:

@@ -111,6 +111,9 @@ type Options struct {
 	// Externals are the systems outside Kubernetes that the fakes play (a topology store, a registry), which
 	// perturbation points take down or slow by Name; each Name unique, each Down and Slow set.
 	Externals []External
+	// Webhooks are the operator's admission webhook configurations, served by the first manager whose
+	// Register registers a webhook handler (docs/architecture.md §3 Webhooks).
+	Webhooks WebhookOptions
 }
 
 // ManagerOptions describes one controller-runtime Manager: one operator instance.
@@ -193,6 +196,8 @@ type Suite struct {
 	watches watchLedger
 	// externals are Options.Externals by Name.
 	externals map[string]External
+	// hooks serves the operator's webhooks (webhook.go).
+	hooks *webhooks
 	// timelineFor selects the passing specs that get a timeline too (ENSEMBLE_TIMELINE); nil selects none.
 	timelineFor *regexp.Regexp
 
@@ -303,6 +308,12 @@ func (m *Manager) stopInstance(deadline time.Time, timeout time.Duration) error 
 	m.once.Do(func() {
 		m.stop()
 		m.err = m.wait(deadline, timeout)
+		m.rmu.Lock()
+		if m.stopped {
+			// Its owner stopped it (a restart point's restart keeps serving webhooks under its name).
+			m.s.hooks.release(m.Name)
+		}
+		m.rmu.Unlock()
 		m.s.mu.Lock()
 		delete(m.s.managers, m.Name)
 		m.s.mu.Unlock()
@@ -408,7 +419,9 @@ func (s *Suite) Interrupted() bool { return s.interrupted.Load() }
 // not come up within Options.StartTimeout, a nil Scheme, an empty, duplicate or reserved manager name, a
 // controller that cannot be wrapped, a manager that fails to register or start, an external system with an
 // empty, duplicate or unwritable name or without Down or Slow, an ENSEMBLE_TIMELINE that is neither 1 nor a
-// regexp, an interrupt. Whatever Boot started is stopped before it returns an error.
+// regexp, a webhook path that does not exist or holds no configuration, a configured webhook or conversion no
+// manager registers a handler for, webhooks the API server does not call within Options.StartTimeout, an
+// interrupt. Whatever Boot started is stopped before it returns an error.
 func Boot(ctx context.Context, opts Options) (*Suite, error) {
 	start := time.Now()
 	// A pin's evidence written to an artifacts directory nobody asked for is removed at Stop.
@@ -437,6 +450,10 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 	if err := validateCRDs(opts.CRDs); err != nil {
 		return nil, err
 	}
+	hooks, err := readWebhooks(opts.Webhooks)
+	if err != nil {
+		return nil, err
+	}
 	if opts.Logger != nil {
 		logf.SetLogger(*opts.Logger)
 	} else if os.Getenv("ENSEMBLE_LOG") == "1" {
@@ -451,11 +468,11 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 		dumpers: opts.Dumpers, artifactsDir: opts.ArtifactsDir, evidenceAsked: evidenceAsked, startTimeout: opts.StartTimeout,
 		stopTimeout: opts.StopTimeout, cleanupTimeout: opts.CleanupTimeout,
 		notify: notify, rec: newRecorder(opts.Scheme, notify, sc), stream: newStream(opts.Scheme, notify, sc),
-		gate: newGate(), managers: map[string]*Manager{}, externals: externals}
+		gate: newGate(), managers: map[string]*Manager{}, externals: externals, hooks: hooks}
 	if err := s.perturbationEnv(); err != nil {
 		return nil, err
 	}
-	plane, err := controlplane.Start(&envtest.Environment{
+	env := &envtest.Environment{
 		CRDDirectoryPaths:     crdPaths,
 		CRDs:                  opts.CRDs,
 		ErrorIfCRDPathMissing: true,
@@ -464,7 +481,10 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 		Scheme:                   opts.Scheme,
 		ControlPlaneStartTimeout: opts.StartTimeout,
 		ControlPlaneStopTimeout:  opts.StopTimeout,
-	}, func() {
+		// Webhook servers listen on loopback only (envtest picks the port and makes the certificates).
+		WebhookInstallOptions: envtest.WebhookInstallOptions{LocalServingHost: "127.0.0.1"},
+	}
+	plane, err := controlplane.Start(env, func() {
 		s.interrupted.Store(true)
 		_ = s.Stop()
 	})
@@ -472,6 +492,10 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 		return nil, err
 	}
 	s.plane = plane
+	if err := hooks.pointAt(env); err != nil {
+		_ = s.Stop()
+		return nil, err
+	}
 	s.EnvtestBoot = time.Since(start)
 	// The administrator's requests carry the harness's Audit-IDs too: the audit log's reader leaves them out.
 	cfg := rest.CopyConfig(plane.Config)
@@ -495,6 +519,10 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 			_ = s.Stop()
 			return nil, err
 		}
+	}
+	if err := s.installWebhooks(ctx); err != nil {
+		_ = s.Stop()
+		return nil, err
 	}
 	s.Ready = time.Since(start)
 	return s, nil
@@ -615,6 +643,7 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 	if leNS == "" {
 		leNS = "default"
 	}
+	ws := s.hooks.newServer(s, mo.Name)
 	h := newHolds(scheme)
 	h.changed = func(k heldKey, ev watch.Event) *changeTrigger { return s.changeAt(mo.Name, k, ev) }
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
@@ -630,6 +659,7 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 		RenewDeadline:                 ptr.To(leaseRenewDeadline),
 		RetryPeriod:                   ptr.To(leaseRetryPeriod),
 		GracefulShutdownTimeout:       ptr.To(s.stopTimeout),
+		WebhookServer:                 ws,
 		Client:                        mo.Client,
 		Controller:                    controllerConfig(mo.Controller, s.startTimeout),
 	})
@@ -651,6 +681,7 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 		cancel()
 		return nil, wm.err
 	}
+	s.hooks.claim(ws)
 	m := &Manager{Name: mo.Name, mgr: mgr, opts: mo, wm: wm, holds: h, stop: cancel, done: make(chan error, 1), s: s}
 	go func() {
 		err := mgr.Start(ctx)

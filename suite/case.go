@@ -125,7 +125,7 @@ func (c *Case) Create(obj client.Object) error {
 	if obj.GetNamespace() == "" && c.namespaced(obj) {
 		obj.SetNamespace(c.Namespace)
 	}
-	return noMatchHint(c.Client.Create(c.t.Context(), obj))
+	return c.hint(c.Client.Create(c.t.Context(), obj))
 }
 
 // Get reads the named object of the case's namespace (or, for a cluster-scoped kind, the object of that
@@ -135,7 +135,7 @@ func (c *Case) Get(name string, obj client.Object) error {
 	if !c.namespaced(obj) {
 		key.Namespace = ""
 	}
-	return noMatchHint(c.Client.Get(c.t.Context(), key, obj))
+	return c.hint(c.Client.Get(c.t.Context(), key, obj))
 }
 
 // List lists objects of the case's namespace into list; for a cluster-scoped kind, the objects the case
@@ -144,7 +144,7 @@ func (c *Case) Get(name string, obj client.Object) error {
 func (c *Case) List(list client.ObjectList, opts ...client.ListOption) error {
 	if ok, err := c.s.Client.IsObjectNamespaced(list); err == nil && !ok {
 		if err := c.Client.List(c.t.Context(), list, opts...); err != nil {
-			return noMatchHint(err)
+			return c.hint(err)
 		}
 		gvk, _ := apiutil.GVKForObject(list, c.s.scheme)
 		kind := strings.TrimSuffix(gvk.Kind, "List")
@@ -153,7 +153,7 @@ func (c *Case) List(list client.ObjectList, opts ...client.ListOption) error {
 			return err != nil || c.s.rec.scopes.of(kind, "", a.GetName()) != c.Namespace
 		}))
 	}
-	return noMatchHint(c.Client.List(c.t.Context(), list, append([]client.ListOption{client.InNamespace(c.Namespace)}, opts...)...))
+	return c.hint(c.Client.List(c.t.Context(), list, append([]client.ListOption{client.InNamespace(c.Namespace)}, opts...)...))
 }
 
 // mustExtractList returns the items of a list the API server filled (never an error for one).
@@ -172,7 +172,7 @@ func (c *Case) Update(name string, obj client.Object, mutate func()) error {
 		}
 		mutate()
 		if err = c.Client.Update(c.t.Context(), obj); !apierrors.IsConflict(err) {
-			return err
+			return c.hint(err)
 		}
 	}
 	return err
@@ -183,7 +183,7 @@ func (c *Case) Delete(obj client.Object, opts ...client.DeleteOption) error {
 	if obj.GetNamespace() == "" && c.namespaced(obj) {
 		obj.SetNamespace(c.Namespace)
 	}
-	return noMatchHint(client.IgnoreNotFound(c.Client.Delete(c.t.Context(), obj, opts...)))
+	return c.hint(client.IgnoreNotFound(c.Client.Delete(c.t.Context(), obj, opts...)))
 }
 
 // RequireQuiescent fails the test unless the case's namespace goes quiet for window within timeout, and
@@ -240,6 +240,10 @@ func (c *Case) fatalf(format string, args ...any) {
 	c.mark(first)
 	c.t.Fatalf("%s", msg)
 }
+
+// hint adds to an error of the Case's client what the harness knows of its cause: where a missing CRD comes
+// from (noMatchHint), which webhook did not answer (Suite.webhookHint).
+func (c *Case) hint(err error) error { return c.s.webhookHint(noMatchHint(err)) }
 
 // noMatchHint adds to a "no matches for kind" error where the CRD should have come from.
 func noMatchHint(err error) error {

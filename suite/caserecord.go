@@ -72,7 +72,8 @@ func (c *Case) writeRecord(points, firedAt []string, end map[string]map[string]s
 	}
 	sort.Strings(r.Externals)
 	for _, w := range c.Writes(WriteFilter{IncludeRejected: true}) {
-		if w.Manager == caseManager {
+		// An admission is no write a point can fire on: it is part of the write it admitted.
+		if w.Manager == caseManager || w.Verb == VerbAdmit {
 			continue
 		}
 		r.Writes = append(r.Writes, perturb.RecordWrite{Writer: w.writer(), Object: w.Kind + "/" + w.Name,

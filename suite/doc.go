@@ -43,6 +43,10 @@
 //   - A write trigger (#n, %n, ~rate) counts recorded writes only, so a write no manager of the suite made
 //     (kube-controller-manager's) never fires one. A change trigger (^n) counts every change of its object,
 //     whoever made it, as its writer's manager's watch delivers it.
+//   - One manager serves the operator's webhooks (Options.Webhooks): the first whose Register registers a
+//     handler. Another instance's handlers are never called, and a webhook configuration the operator
+//     creates itself at run time is not pointed at the serving manager. Admissions are recorded only for
+//     the configured webhooks, conversions not at all.
 //   - Requeue compression changes wall time, not order. A spec that measures a rate must measure it in the
 //     operator's own time (OperatorTimeline, CountWakes).
 package suite

@@ -17,7 +17,8 @@ import (
 type Verb string
 
 // The verbs of recorded writes. A server-side apply is VerbApply whether it was sent with Apply or as a Patch
-// of type application/apply-patch+yaml.
+// of type application/apply-patch+yaml. VerbAdmit is an admission webhook's answer to another writer's
+// write (Write.Admission says what it answered).
 const (
 	VerbCreate      Verb = "create"
 	VerbUpdate      Verb = "update"
@@ -25,6 +26,7 @@ const (
 	VerbApply       Verb = "apply"
 	VerbDelete      Verb = "delete"
 	VerbDeleteAllOf Verb = "deleteallof"
+	VerbAdmit       Verb = "admit"
 )
 
 // CaseFieldManager is the field manager of every write a Case's client makes, so that what a spec wrote shows
@@ -41,7 +43,8 @@ type Write struct {
 	// the name controller-runtime's builder gave the controller whose reconcile pass made the write. Outside a
 	// pass it is the component a client of the manager names in its User-Agent (rest.AddUserAgent, e.g.
 	// LeaderElection), else empty (a fake's timer, an event recorder, a context not derived from the pass's);
-	// "spec" for a Case.
+	// "spec" for a Case. For VerbAdmit, Manager is the manager that serves webhooks and Controller the
+	// webhook's name in its configuration.
 	Manager, Controller string
 	// Pass is the Pass.ID of the reconcile pass that made the write; 0 outside a pass.
 	Pass int64
@@ -64,10 +67,13 @@ type Write struct {
 	FieldOwner string
 	// Err is the API server's answer for a rejected write (conflict, validation, not found, ...); nil when
 	// the write succeeded. A write a perturbation point answered was never sent: Err is the point's error.
+	// For VerbAdmit, the webhook's denial.
 	Err error
 	// Point is the perturbation point (perturb.Point's string) that fired on this write or refused it; empty
 	// for a write no point touched.
 	Point string
+	// Admission is what the webhook answered, for VerbAdmit; nil for every other write.
+	Admission *Admission
 
 	// scope is the namespace of the Case the object belongs to (see scopes): Namespace, or for a
 	// cluster-scoped object the claiming Case's; "" for an object no Case claimed.
@@ -94,6 +100,16 @@ func (w Write) line() string {
 	sub := ""
 	if w.Subresource != "" {
 		sub = "/" + w.Subresource
+	}
+	if a := w.Admission; a != nil {
+		s := fmt.Sprintf("#%d %s %s %s %s%s %s/%s at %s", w.Seq, w.Time.Format("15:04:05.000"), w.writer(), w.Verb, a.Operation, sub, w.Kind, key(w.Namespace, w.Name), a.Path)
+		if len(a.Patch) > 0 {
+			s += " patch: " + strings.Join(a.Patch, ", ")
+		}
+		if w.Err != nil {
+			s += " DENIED: " + w.Err.Error()
+		}
+		return s
 	}
 	s := fmt.Sprintf("#%d %s %s %s%s %s/%s pass=%d owner=%q", w.Seq, w.Time.Format("15:04:05.000"), w.writer(), w.Verb, sub, w.Kind, key(w.Namespace, w.Name), w.Pass, w.FieldOwner)
 	if w.Err != nil {
@@ -199,7 +215,8 @@ func (r *recorder) addWrite(w Write) {
 	w.Seq = int64(len(r.writeLog) + 1)
 	r.writeLog = append(r.writeLog, w)
 	requeued := w.Pass > 0 && int(w.Pass) <= len(r.passLog) && r.passLog[w.Pass-1].Requeued
-	if w.Manager != caseManager && !requeued && !w.heartbeat() {
+	// An admission is part of the write it admitted, which is counted already.
+	if w.Manager != caseManager && !requeued && !w.heartbeat() && w.Verb != VerbAdmit {
 		r.hot.observe(w)
 	}
 	r.mu.Unlock()
