@@ -631,7 +631,7 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 		cfg.UserAgent = "ensemble-" + mo.Name + "/v0"
 	}
 	fence := &atomic.Pointer[perturb.Point]{}
-	s.wrapTransport(cfg, writer{manager: mo.Name, fence: fence, userAgent: cfg.UserAgent})
+	s.wrapTransport(cfg, writer{manager: mo.Name, fence: fence, ungated: mo.Ungated, userAgent: cfg.UserAgent})
 	// Every client built from the manager's config (its own, and those the operator builds from
 	// mgr.GetConfig()) notes its open watches, so a stop that times out names the manager still holding one.
 	cfg.Wrap(s.watches.wrap(mo.Name, cfg.UserAgent))

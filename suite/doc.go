@@ -20,9 +20,9 @@
 //
 // # What ensemble cannot see
 //
-//   - A write made on a context that does not derive from the reconcile pass's (context.Background() in a
-//     reconciler, a goroutine the operator starts) is recorded under its manager with no controller and no
-//     pass.
+//   - A write made on a context that does not derive from the reconcile pass's or from a Runnable's Start
+//     context (context.Background() in a reconciler, a goroutine the operator starts) is recorded under its
+//     manager with no controller and no pass, and is not gated.
 //   - A write through a client built on another rest.Config than the manager's (a kubeconfig the operator
 //     reads, Suite.Config) is not recorded; its changes still show in the event stream, and FieldWriters
 //     names them "<unrecorded>". Clients built on mgr.GetConfig() are recorded at its transport.

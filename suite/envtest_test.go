@@ -173,6 +173,9 @@ func TestPlainTestingT(t *testing.T) {
 			if err := (&clientsetWriter{}).SetupWithManager(mgr); err != nil {
 				return err
 			}
+			if err := mgr.Add(&annotator{Client: mgr.GetClient(), tried: map[types.UID]bool{}}); err != nil {
+				return err
+			}
 			if err := stall.SetupWithManager(mgr); err != nil {
 				return err
 			}
@@ -202,6 +205,7 @@ func TestPlainTestingT(t *testing.T) {
 	t.Run("leader election", func(t *testing.T) { testLeaderElection(t, s) })
 	t.Run("cluster-scoped objects", func(t *testing.T) { testClusterScoped(t, s) })
 	t.Run("clientset writes", func(t *testing.T) { testClientsetWrites(t, s) })
+	t.Run("runnable", func(t *testing.T) { testRunnable(t, s) })
 	t.Run("client and controller options", func(t *testing.T) { testManagerClientAndController(t, s) })
 
 	if err := s.Stop(); err != nil {

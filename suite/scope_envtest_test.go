@@ -189,3 +189,61 @@ func testClientsetWrites(t *testing.T, s *Suite) {
 		return c.FieldWriters("ConfigMap", "cs")
 	}).WithTimeout(patience).Should(HaveKeyWithValue("metadata.annotations.written-by", ContainElement("op/clientset-writer")))
 }
+
+// annotator is a Runnable, no controller: every 50 ms it lists the ConfigMaps labelled runnable=true in
+// every namespace and annotates each once (a refused write is not tried again).
+type annotator struct {
+	client.Client
+	tried map[types.UID]bool
+}
+
+func (a *annotator) Start(ctx context.Context) error {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		l := &corev1.ConfigMapList{}
+		if err := a.List(ctx, l, client.MatchingLabels{"runnable": "true"}); err != nil {
+			continue
+		}
+		for i := range l.Items {
+			cm := &l.Items[i]
+			if a.tried[cm.UID] {
+				continue
+			}
+			a.tried[cm.UID] = true
+			patch := client.MergeFrom(cm.DeepCopy())
+			cm.Annotations = map[string]string{"annotated-by": "runnable"}
+			_ = a.Patch(ctx, cm, patch)
+		}
+	}
+}
+
+// testRunnable checks that a Runnable's writes are recorded under its name and, its manager being gated,
+// refused for an object of a namespace no case admitted.
+func testRunnable(t *testing.T, s *Suite) {
+	g := NewWithT(t)
+	c, closed := s.NewCase(t), s.NewCase(t, Unadmitted())
+	for _, cs := range []*Case{c, closed} {
+		if err := cs.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "r", Labels: map[string]string{"runnable": "true"}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	g.Eventually(func() []Write {
+		return c.Writes(WriteFilter{Name: "r", Controller: "suite.annotator"})
+	}).WithTimeout(patience).ShouldNot(BeEmpty(), "the runnable's write was not recorded under its name")
+	var refused []Write
+	g.Eventually(func() []Write {
+		refused = closed.Writes(WriteFilter{Name: "r", Controller: "suite.annotator", IncludeRejected: true})
+		return refused
+	}).WithTimeout(patience).ShouldNot(BeEmpty(), "the runnable's write in the unadmitted namespace was not recorded")
+	g.Expect(apierrors.IsForbidden(refused[0].Err)).To(BeTrue(), "the runnable's write in the unadmitted namespace: %v, want refused by the gate", refused[0].Err)
+	cm := &corev1.ConfigMap{}
+	g.Expect(closed.Get("r", cm)).To(Succeed())
+	g.Expect(cm.Annotations).NotTo(HaveKey("annotated-by"))
+	closed.OptOut(Convergence, "no controller acts in an unadmitted namespace")
+}

@@ -43,6 +43,8 @@ type writer struct {
 	manager, controller string
 	// caseNS is the namespace of the Case whose client this is; "" for a manager's.
 	caseNS string
+	// ungated is set for a manager the gate does not apply to (ManagerOptions.Ungated).
+	ungated bool
 	// userAgent is the User-Agent of the config the transport was made for (see component).
 	userAgent string
 	// fence, when not nil, is set once a restart point stopped the manager instance: every later write is
@@ -117,8 +119,11 @@ func (t *recordingTransport) RoundTrip(req *http.Request) (*http.Response, error
 	w := Write{Manager: t.w.manager, Controller: t.w.controller, Verb: verbOf(info.Verb, req.Header.Get("Content-Type")),
 		Subresource: info.Subresource, Namespace: info.Namespace, Name: info.Name,
 		FieldOwner: req.URL.Query().Get("fieldManager")}
+	runnable := runnableFrom(ctx)
 	if p := passFrom(ctx); p != nil {
 		w.Pass, w.Controller = p.ID, p.Controller
+	} else if runnable != "" {
+		w.Controller = runnable
 	} else if component := t.w.component(req.UserAgent()); component != "" {
 		w.Controller = component
 	}
@@ -140,6 +145,14 @@ func (t *recordingTransport) RoundTrip(req *http.Request) (*http.Response, error
 			s.rec.addWrite(w)
 			return nil, w.Err
 		}
+	}
+	// A gated manager's Runnable has no request for the gate to refuse: its writes are, unless their object
+	// belongs to an admitted Case.
+	if runnable != "" && !t.w.ungated && !s.gate.admitted(w.scope) {
+		w.Time, w.Err = time.Now(), apierrors.NewForbidden(gvr.GroupResource(), w.Name,
+			fmt.Errorf("suite: the gate refused runnable %s of manager %s: %s belongs to no admitted case", runnable, t.w.manager, key(w.Namespace, w.Name)))
+		s.rec.addWrite(w)
+		return statusResponse(req, w.Err), nil
 	}
 	f := s.perturbBefore(&w, gvr.GroupResource())
 	if f.err != nil {

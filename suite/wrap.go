@@ -75,8 +75,9 @@ func (s *Suite) newWrappingManager(mgr manager.Manager, name string, ungated boo
 	return &wrappingManager{Manager: mgr, s: s, name: name, ungated: ungated, wrapped: map[string]int{}, fence: fence}
 }
 
-// Add wraps r first when it is a controller. A controller that cannot be wrapped is refused with an error
-// that names it and the controller-runtime version: its passes would otherwise go unrecorded.
+// Add wraps r first: a controller with the gate and pass accounting, any other Runnable with its name (see
+// namedRunnable). A controller that cannot be wrapped is refused with an error that names it and the
+// controller-runtime version: its passes would otherwise go unrecorded.
 func (m *wrappingManager) Add(r manager.Runnable) error {
 	name, isController, err := m.wrap(r)
 	if err != nil {
@@ -87,8 +88,9 @@ func (m *wrappingManager) Add(r manager.Runnable) error {
 	}
 	if isController {
 		m.wrapped[name]++
+		return m.Manager.Add(r)
 	}
-	return m.Manager.Add(r)
+	return m.Manager.Add(nameRunnable(r))
 }
 
 var reconcilerType = reflect.TypeFor[reconcile.Reconciler]()
