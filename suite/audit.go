@@ -246,8 +246,15 @@ func (a *auditReader) record(line []byte) {
 			st.Message = fmt.Sprintf("the API server answered %d", code)
 		}
 		w.Err = &apierrors.StatusError{ErrStatus: st}
-		if w.UID == "" && ev.RequestObject != nil {
-			w.UID = ev.RequestObject.Metadata.UID
+		// The object the writer sent, when the API server got as far as decoding it (not for a request
+		// authorization refused: such a create names no object).
+		if o := ev.RequestObject; o != nil {
+			if w.UID == "" {
+				w.UID = o.Metadata.UID
+			}
+			if w.Name == "" && verb == VerbCreate {
+				w.Name = o.Metadata.Name
+			}
 		}
 	} else if o := ev.ResponseObject; o != nil {
 		if w.Name == "" && verb != VerbDeleteAllOf {
@@ -284,14 +291,16 @@ func (a *auditReader) claim(group, version, kind, name string, refs []metav1.Own
 }
 
 // kind is the kind of resource gvr, through the API server's discovery; the resource's name when it is no
-// longer served (a CRD removed since).
+// longer served (a CRD removed since) or there is no client to ask.
 func (a *auditReader) kind(gvr schema.GroupVersionResource) string {
 	if k, ok := a.kinds[gvr]; ok {
 		return k
 	}
 	k := gvr.Resource
-	if gvk, err := a.s.Client.RESTMapper().KindFor(gvr); err == nil {
-		k = gvk.Kind
+	if a.s.Client != nil {
+		if gvk, err := a.s.Client.RESTMapper().KindFor(gvr); err == nil {
+			k = gvk.Kind
+		}
 	}
 	a.kinds[gvr] = k
 	return k
