@@ -72,7 +72,9 @@ func (c *Case) writeRecord(points, firedAt []string, end map[string]map[string]s
 	}
 	sort.Strings(r.Externals)
 	for _, w := range c.Writes(WriteFilter{IncludeRejected: true}) {
-		if w.Manager == caseManager {
+		// A write read from the audit log (kube-controller-manager's) is no point's to answer: exploring it
+		// would only propose points that never fire.
+		if w.Manager == caseManager || w.audited {
 			continue
 		}
 		r.Writes = append(r.Writes, perturb.RecordWrite{Writer: w.writer(), Object: w.Kind + "/" + w.Name,
