@@ -44,8 +44,8 @@ type auditReader struct {
 	// mu serialises reading: the poll loop and catchUp.
 	mu sync.Mutex
 	f  *os.File
-	// partial is the start of a line not yet ended.
-	partial []byte
+	// partial is the start of a line not yet ended; buf is the read buffer.
+	partial, buf []byte
 	// kinds caches the kind of each resource the log names.
 	kinds map[schema.GroupVersionResource]string
 	quit  chan struct{}
@@ -56,7 +56,7 @@ type auditReader struct {
 func (s *Suite) startAuditReader(path string) (*auditReader, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("suite: kube-apiserver's audit log: %w", err)
+		return nil, fmt.Errorf("suite: kube-apiserver's audit log, which it makes at its start: %w (rebuild the binaries with `make envtest-assets`)", err)
 	}
 	a := &auditReader{path: path, s: s, f: f, kinds: map[schema.GroupVersionResource]string{}, quit: make(chan struct{}), done: make(chan struct{})}
 	go a.run()
@@ -108,11 +108,13 @@ func (a *auditReader) readLocked() {
 	if a.f == nil {
 		return
 	}
-	buf := make([]byte, 64<<10)
+	if a.buf == nil {
+		a.buf = make([]byte, 64<<10)
+	}
 	for {
-		n, err := a.f.Read(buf)
+		n, err := a.f.Read(a.buf)
 		if n > 0 {
-			a.lines(buf[:n])
+			a.lines(a.buf[:n])
 		}
 		if err != nil || n == 0 {
 			return
@@ -125,7 +127,7 @@ func (a *auditReader) lines(b []byte) {
 	for {
 		i := bytes.IndexByte(b, '\n')
 		if i < 0 {
-			a.partial = append(a.partial, b...)
+			a.partial = append(a.partial, b...) // a copy: buf is read into again
 			return
 		}
 		line := b[:i]
