@@ -209,6 +209,8 @@ type Suite struct {
 	codecsOnce   sync.Once
 	codecFactory serializer.CodecFactory
 	kcmLog *lineLog
+	// audit records the writes kube-apiserver's audit log holds that no client of the harness sent.
+	audit *auditReader
 	// namespaceController is true when kube-controller-manager deletes namespaces; terminating are the case
 	// namespaces handed to it (guarded by mu).
 	namespaceController bool
@@ -505,6 +507,11 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 		_ = s.Stop()
 		return nil, fmt.Errorf("suite: client: %w", err)
 	}
+	if s.audit, err = s.startAuditReader(plane.AuditLog()); err != nil {
+		_ = s.Stop()
+		return nil, err
+	}
+	s.rec.catchUp = s.audit.catchUp
 	if err := s.startKubeControllers(ctx, opts.KubeControllers); err != nil {
 		_ = s.Stop()
 		return nil, err
@@ -735,6 +742,7 @@ func (s *Suite) Stop() error {
 		if s.cancel != nil {
 			s.cancel()
 		}
+		s.audit.stop()
 		if s.plane != nil {
 			// The managers' watches open now, the managers stopped: those no client closes while the control
 			// plane stops are what a stop that times out waited for.

@@ -26,6 +26,11 @@
 //   - A write through a client built on another rest.Config than the manager's (a kubeconfig the operator
 //     reads, Suite.Config) is not recorded; its changes still show in the event stream, and FieldWriters
 //     names them "<unrecorded>". Clients built on mgr.GetConfig() are recorded at its transport.
+//   - A write no client of the harness sent (kube-controller-manager's, a client the operator builds from a
+//     kubeconfig Secret or its own credentials, the API server's own) is read from kube-apiserver's audit log:
+//     it is recorded under its user (kube-controller-manager's under its controller) with no pass, up to a
+//     20 ms poll after it returned, and a patch is VerbPatch even when it was a server-side apply. Such writes
+//     never pass a perturbation point and the HotLoop oracle does not count them.
 //   - A controller that does not go through Manager.Add (one built with controller.NewUnmanaged and started
 //     by the operator) is neither gated nor counted. One that goes through Add but cannot be wrapped (a
 //     controller-runtime whose controllers no longer keep their reconciler in an exported Do field, or a
@@ -39,9 +44,9 @@
 //     cluster-scoped request by name, since a request names no kind.
 //   - There is no kubelet and no scheduler: pods stay Pending unless a manager such as fakes/dataplane binds
 //     and runs them. kube-controller-manager runs only the controllers in Options.KubeControllers (by default
-//     those that need no node and no cloud), and its own writes are not recorded, only seen as changes.
-//   - A write trigger (#n, %n, ~rate) counts recorded writes only, so a write no manager of the suite made
-//     (kube-controller-manager's) never fires one. A change trigger (^n) counts every change of its object,
+//     those that need no node and no cloud); its writes are recorded from the audit log.
+//   - A write trigger (#n, %n, ~rate) counts the writes of the harness's own clients only, so a write read
+//     from the audit log (kube-controller-manager's) never fires one. A change trigger (^n) counts every change of its object,
 //     whoever made it, as its writer's manager's watch delivers it.
 //   - One manager serves the operator's webhooks (Options.Webhooks): the first whose Register registers a
 //     handler. Another instance's handlers are never called, and a webhook configuration the operator

@@ -61,7 +61,7 @@ func (s *Suite) waitQuiescent(ctx context.Context, ns string, since time.Time, w
 			last = since
 		}
 		if !cfg.stateOnly {
-			if w, _ := s.rec.lastWrite(ns); w.After(last) {
+			if w := s.rec.lastWrite(ns); w.After(last) {
 				last = w
 			}
 		}

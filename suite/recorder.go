@@ -35,20 +35,27 @@ const CaseFieldManager = "ensemble-case"
 
 // Write is one write a controller (or a Case) attempted against the API server, successful or not.
 type Write struct {
-	// Seq orders writes across the whole suite, from 1.
+	// Seq numbers writes across the whole suite, from 1, in the order they were recorded. A write read from
+	// kube-apiserver's audit log is recorded up to a poll interval after it returned, so Seq and Time may
+	// disagree; the queries order writes by Time.
 	Seq int64
-	// Time is when the call returned.
+	// Time is when the call returned (for a write read from the audit log, when kube-apiserver completed it).
 	Time time.Time
 	// Manager names the writer's manager (ManagerOptions.Name, or "case" for a Case's client). Controller is
 	// the name controller-runtime's builder gave the controller whose reconcile pass made the write. Outside a
 	// pass it is the component a client of the manager names in its User-Agent (rest.AddUserAgent, e.g.
-	// LeaderElection), else empty (a fake's timer, an event recorder, a context not derived from the pass's);
-	// "spec" for a Case. For VerbAdmit, Manager is the manager that serves webhooks and Controller the
-	// webhook's name in its configuration.
+	// LeaderElection) or the Runnable whose context it was made on, else empty (a fake's timer, an event
+	// recorder, a context not derived from the pass's); "spec" for a Case. For VerbAdmit, Manager is the
+	// manager that serves webhooks and Controller the webhook's name in its configuration.
+	// A write no client of the harness sent is read from kube-apiserver's audit log: kube-controller-manager's
+	// is Manager "kube-controller-manager" with the controller its User-Agent names (Controller
+	// "replicaset-controller", "generic-garbage-collector"); any other's Manager is the user it authenticated
+	// as, with the controller its User-Agent appends to client-go's default form, if any.
 	Manager, Controller string
 	// Pass is the Pass.ID of the reconcile pass that made the write; 0 outside a pass.
 	Pass int64
-	// Verb is what the write did.
+	// Verb is what the write did. A patch read from the audit log is VerbPatch even when it was a server-side
+	// apply: the audit event does not carry the patch's content type.
 	Verb Verb
 	// Subresource is "status" (or another subresource name) for a subresource write; empty otherwise.
 	Subresource string
@@ -78,6 +85,9 @@ type Write struct {
 	// scope is the namespace of the Case the object belongs to (see scopes): Namespace, or for a
 	// cluster-scoped object the claiming Case's; "" for an object no Case claimed.
 	scope string
+	// audited is true for a write read from kube-apiserver's audit log (auditReader): no client of the
+	// harness sent it.
+	audited bool
 }
 
 // writer is "manager/controller" (or the manager alone outside a pass), the name a write is attributed to.
@@ -190,10 +200,15 @@ type recorder struct {
 	scheme *runtime.Scheme
 	hot    *hotLoops
 	scopes *scopes
+	// latest is the time of the latest write of each Case namespace (Write.scope).
+	latest map[string]time.Time
+	// catchUp, when set, records what kube-apiserver's audit log holds now (auditReader.catchUp); the queries
+	// call it first, so they see every write that returned before they were called.
+	catchUp func()
 }
 
 func newRecorder(scheme *runtime.Scheme, notify *broadcast, sc *scopes) *recorder {
-	return &recorder{perKey: map[passKey]int{}, lastPass: map[passKey]*Pass{}, queued: map[passKey]time.Time{}, notify: notify, scheme: scheme, hot: newHotLoops(), scopes: sc}
+	return &recorder{latest: map[string]time.Time{}, perKey: map[passKey]int{}, lastPass: map[passKey]*Pass{}, queued: map[passKey]time.Time{}, notify: notify, scheme: scheme, hot: newHotLoops(), scopes: sc}
 }
 
 // caseManager is the manager name of a Case's client.
@@ -214,9 +229,14 @@ func (r *recorder) addWrite(w Write) {
 	r.mu.Lock()
 	w.Seq = int64(len(r.writeLog) + 1)
 	r.writeLog = append(r.writeLog, w)
+	if !w.heartbeat() && w.Time.After(r.latest[w.scope]) {
+		r.latest[w.scope] = w.Time
+	}
 	requeued := w.Pass > 0 && int(w.Pass) <= len(r.passLog) && r.passLog[w.Pass-1].Requeued
-	// An admission is part of the write it admitted, which is counted already.
-	if w.Manager != caseManager && !requeued && !w.heartbeat() && w.Verb != VerbAdmit {
+	// An admission is part of the write it admitted, which is counted already. The hot-loop oracle judges the
+	// writers the harness records itself, in the order they return: a write read from the audit log arrives
+	// late, out of that order, and is no operator's reconcile.
+	if w.Manager != caseManager && !requeued && !w.heartbeat() && w.Verb != VerbAdmit && !w.audited {
 		r.hot.observe(w)
 	}
 	r.mu.Unlock()
@@ -305,8 +325,10 @@ func (f WriteFilter) fits(w Write) bool {
 		(f.IncludeRejected || w.Err == nil)
 }
 
-// writes returns the recorded writes in namespace ns that match f, oldest first.
+// writes returns the recorded writes in namespace ns that match f, oldest first (by Time: a write read from
+// the audit log is recorded after writes that returned later).
 func (r *recorder) writes(ns string, f WriteFilter) []Write {
+	r.sync()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []Write
@@ -315,7 +337,15 @@ func (r *recorder) writes(ns string, f WriteFilter) []Write {
 			out = append(out, w)
 		}
 	}
+	sort.SliceStable(out, func(i, j int) bool { return out[i].Time.Before(out[j].Time) })
 	return out
+}
+
+// sync records what kube-apiserver's audit log holds now, when the suite reads it.
+func (r *recorder) sync() {
+	if r.catchUp != nil {
+		r.catchUp()
+	}
 }
 
 // PassFilter selects a Case's reconcile passes; a zero string or time matches anything. Passes the gate
@@ -370,17 +400,14 @@ func (r *recorder) lastPassErrors(ns string) []Pass {
 	return out
 }
 
-// lastWrite returns the time and index of the latest write to namespace ns (zero time and -1 when none),
-// leaving out leader election's Lease renewals: a manager's heartbeat, not a reaction to anything.
-func (r *recorder) lastWrite(ns string) (time.Time, int) {
+// lastWrite returns the time of the latest write to namespace ns (zero when none), after reading the audit
+// log to its end: the latest by Time, not the last recorded, leaving out leader election's Lease renewals (a
+// manager's heartbeat, not a reaction to anything).
+func (r *recorder) lastWrite(ns string) time.Time {
+	r.sync()
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for i := len(r.writeLog) - 1; i >= 0; i-- {
-		if r.writeLog[i].scope == ns && !r.writeLog[i].heartbeat() {
-			return r.writeLog[i].Time, i
-		}
-	}
-	return time.Time{}, -1
+	return r.latest[ns]
 }
 
 // writers counts writes to namespace ns since t by writer and by object, for quiescence reports.

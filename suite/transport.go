@@ -28,10 +28,6 @@ import (
 	"github.com/ensembletest/ensemble/suite/perturb"
 )
 
-// auditIDPrefix starts the Audit-ID header every request of the harness's own transports carries
-// (kube-apiserver takes a client's Audit-ID as its audit event's): the audit log's reader leaves those
-// requests to the transports, which record them or, for the administrator client, deliberately not.
-const auditIDPrefix = "ensemble-"
 
 // auditSeq numbers the Audit-IDs of this process.
 var auditSeq atomic.Int64

@@ -24,6 +24,11 @@ var DefaultKubeControllers = []string{
 	"endpointslice-controller", "disruption-controller", "ttl-after-finished-controller", "serviceaccount-controller",
 }
 
+// KubeControllerManagerUser is the user kube-controller-manager authenticates as. It runs with
+// --use-service-account-credentials=false, so every controller of it writes as this user, and each names
+// itself at the end of its User-Agent ("kube-controller-manager/v0.0.0 (linux/amd64) kubernetes/$Format/replicaset-controller").
+const KubeControllerManagerUser = "ensemble-kube-controller-manager"
+
 // kcm is a running kube-controller-manager.
 type kcm struct {
 	cmd  *exec.Cmd
@@ -42,7 +47,7 @@ func (p *Plane) StartKubeControllerManager(controllers []string, log io.Writer) 
 	if err := checkVersion(path, "Kubernetes v"+KubernetesVersion); err != nil {
 		return fmt.Errorf("%w (or set suite's Options.KubeControllers to an empty slice to run without kube-controller-manager)", err)
 	}
-	user, err := p.env.AddUser(envtest.User{Name: "ensemble-kube-controller-manager", Groups: []string{"system:masters"}}, nil)
+	user, err := p.env.AddUser(envtest.User{Name: KubeControllerManagerUser, Groups: []string{"system:masters"}}, nil)
 	if err != nil {
 		return fmt.Errorf("ensemble: kube-controller-manager: a user for it: %w", err)
 	}

@@ -81,6 +81,10 @@ func Start(env *envtest.Environment, onSignal func()) (*Plane, error) {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
+	if err := useAudit(env, dir); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
 	bound := env.ControlPlaneStartTimeout
 	if bound <= 0 {
 		bound = DefaultStartTimeout

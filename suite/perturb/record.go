@@ -24,7 +24,8 @@ type Record struct {
 	// Externals are the external systems the suite registered (suite.Options.Externals), for down and slow
 	// points.
 	Externals []string `json:"externals,omitempty"`
-	// Writes are the case's writes by operators and fakes (not the spec's own), oldest first.
+	// Writes are the case's writes by operators and fakes (not the spec's own, nor those read from
+	// kube-apiserver's audit log, such as kube-controller-manager's, which no point answers), oldest first.
 	Writes []RecordWrite `json:"writes"`
 	// Changes counts each object's changes in the case's namespace, by "Kind/name"; Seen counts, by manager,
 	// those its cache's watch could deliver (after its informer for the kind began watching): the range of
