@@ -31,8 +31,9 @@ const auditIDPrefix = "ensemble-"
 // bounds how late the log's writes wake a waiter.
 const auditPoll = 20 * time.Millisecond
 
-// kcmManager is the Manager of kube-controller-manager's writes.
-const kcmManager = "kube-controller-manager"
+// KubeControllerManager is the Manager of the writes kube-controller-manager's controllers make, read from the
+// audit log (their Controller is the controller's name, such as "replicaset-controller").
+const KubeControllerManager = "kube-controller-manager"
 
 // auditReader follows kube-apiserver's audit log (docs/architecture.md §3, "kube-controller-manager") and
 // records each write it holds that no client of the harness sent: kube-controller-manager's, the API
@@ -325,7 +326,7 @@ func auditWriter(user, agent string) (manager, controller string) {
 		controller = m[1]
 	}
 	if user == controlplane.KubeControllerManagerUser {
-		return kcmManager, controller
+		return KubeControllerManager, controller
 	}
 	return user, controller
 }
