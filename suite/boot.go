@@ -208,7 +208,7 @@ type Suite struct {
 	// codecFactory decodes the protobuf and JSON bodies the recording transports read (codecs).
 	codecsOnce   sync.Once
 	codecFactory serializer.CodecFactory
-	kcmLog *lineLog
+	kcmLog       *lineLog
 	// audit records the writes kube-apiserver's audit log holds that no client of the harness sent.
 	audit *auditReader
 	// namespaceController is true when kube-controller-manager deletes namespaces; terminating are the case

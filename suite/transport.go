@@ -28,7 +28,6 @@ import (
 	"github.com/ensembletest/ensemble/suite/perturb"
 )
 
-
 // auditSeq numbers the Audit-IDs of this process.
 var auditSeq atomic.Int64
 
