@@ -47,8 +47,13 @@ func staleStoreStatusSpec() {
 	pod := e.expectBound("a")
 	st, ok := haKeeper.PodStore(c.Namespace, pod)
 	Expect(ok).To(BeTrue(), "pod %s has no store in HAKeeper", pod)
-	bound, at, found := boundStoreLabels(c, "a")
-	Expect(found).To(BeTrue(), "no change of claim a set status.phase Bound")
+	// The claim read Bound from the API server; the event stream may deliver that change a moment later.
+	var bound string
+	var at time.Time
+	Eventually(func() (found bool) {
+		bound, at, found = boundStoreLabels(c, "a")
+		return found
+	}).WithTimeout(claimTimeout).Should(BeTrue(), "no change of claim a set status.phase Bound")
 
 	c.KnownDefect(matrixone.DefectClaimStaleStoreStatus, func() error {
 		if bound != "" {
