@@ -204,10 +204,11 @@ type auditEvent struct {
 // Status's details (a delete answers with one).
 type auditObject struct {
 	Metadata struct {
-		Name            string                  `json:"name"`
-		UID             types.UID               `json:"uid"`
-		ResourceVersion string                  `json:"resourceVersion"`
-		OwnerReferences []metav1.OwnerReference `json:"ownerReferences"`
+		Name              string                  `json:"name"`
+		UID               types.UID               `json:"uid"`
+		ResourceVersion   string                  `json:"resourceVersion"`
+		OwnerReferences   []metav1.OwnerReference `json:"ownerReferences"`
+		DeletionTimestamp *metav1.Time            `json:"deletionTimestamp"`
 	} `json:"metadata"`
 	Details *struct {
 		UID types.UID `json:"uid"`
@@ -274,9 +275,8 @@ func (a *auditReader) record(line []byte) {
 		case o.Details != nil && o.Details.UID != "":
 			w.UID = o.Details.UID
 		}
-		// As the recording client keeps it (client.go): no resourceVersion for a delete, nor for a
-		// subresource create, whose answer is another object.
-		if verb != VerbDelete && verb != VerbDeleteAllOf && (verb != VerbCreate || w.Subresource == "") {
+		// As the recording transport keeps it (keepsResourceVersion).
+		if keepsResourceVersion(verb, w.Subresource, o.Metadata.DeletionTimestamp != nil) {
 			w.ResourceVersion = o.Metadata.ResourceVersion
 		}
 		if verb == VerbCreate && w.Namespace == "" && w.Subresource == "" {

@@ -31,6 +31,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -43,10 +44,19 @@ import (
 // client and sets data.seen on every ConfigMap once, then asks for an hourly resync.
 type marker struct{ client.Client }
 
+// markerFinalizer is the finalizer marker removes from a ConfigMap being deleted.
+const markerFinalizer = "example.com/marker"
+
 func (m *marker) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	cm := &corev1.ConfigMap{}
 	if err := m.Get(ctx, req.NamespacedName, cm); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if cm.DeletionTimestamp != nil {
+		if controllerutil.RemoveFinalizer(cm, markerFinalizer) {
+			return ctrl.Result{}, client.IgnoreNotFound(m.Update(ctx, cm))
+		}
+		return ctrl.Result{}, nil
 	}
 	if cm.Data["seen"] == "yes" {
 		return ctrl.Result{RequeueAfter: time.Hour}, nil
@@ -309,6 +319,24 @@ func testFieldWriters(t *testing.T, s *Suite) {
 	g.Expect(c.FieldWriters("ConfigMap", "one")).To(HaveKeyWithValue("data.seen", []string{"op/configmap"}),
 		"a no-op write took over the change an earlier write made")
 	c.Delete(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "both"}})
+
+	// The case's delete of an object with a finalizer marks it (deletionTimestamp, a change); the marker's
+	// update that removes the finalizer, and so deletes it, answers with the resourceVersion of that mark.
+	// The mark is the case's: before the delete's answer was recorded, FieldWriters named the marker.
+	held := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "held", Finalizers: []string{markerFinalizer}}}
+	if err := c.Create(held); err != nil {
+		t.Fatal(err)
+	}
+	g.Eventually(func() map[string][]string { return c.FieldWriters("ConfigMap", "held") }).WithTimeout(patience).Should(
+		HaveKey("data.seen"), "the marker's first pass, before the delete")
+	if err := c.Delete(held); err != nil {
+		t.Fatal(err)
+	}
+	g.Eventually(func() []Write {
+		return c.Writes(WriteFilter{Name: "held", Manager: "op", Verb: VerbUpdate})
+	}).WithTimeout(patience).ShouldNot(BeEmpty(), "the marker's update that removed its finalizer")
+	g.Eventually(func() map[string][]string { return c.FieldWriters("ConfigMap", "held") }).WithTimeout(patience).Should(
+		HaveKeyWithValue("metadata.deletionTimestamp", []string{"case/spec"}), "the delete's mark is the case's")
 }
 
 // testQuiescenceVerdicts checks both verdicts: quiet for a quiet namespace, and not quiet (naming the

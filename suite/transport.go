@@ -180,15 +180,31 @@ func (t *recordingTransport) RoundTrip(req *http.Request) (*http.Response, error
 		if w.Name == "" && w.Verb == VerbCreate {
 			w.Name = got.name
 		}
-		// A subresource create (pods/binding, pods/eviction) answers with a Status, not the object: it
-		// carries no resourceVersion of the write's. A delete's answer is the object as it was deleted.
-		if w.Verb != VerbDelete && w.Verb != VerbDeleteAllOf && (w.Verb != VerbCreate || w.Subresource == "") {
+		if keepsResourceVersion(w.Verb, w.Subresource, got.marked) {
 			w.ResourceVersion = got.rv
 		}
 	}
 	s.rec.addWrite(w)
 	s.perturbAfter(w, f)
 	return resp, nil
+}
+
+// keepsResourceVersion says whether the resourceVersion of a write's answer is the one the write made (or,
+// for a write that changed nothing, found). A subresource create (pods/binding, pods/eviction) answers with a
+// Status or another object. A delete that removed the object answers with it as it was, and a delete of
+// several with a list; one that left it marked for deletion (marked: a deletionTimestamp, held by finalizers
+// or a grace period) answers with the object at the mark's resourceVersion, so the mark is the deleter's
+// change (an update that then removes the last finalizer answers with that same resourceVersion).
+func keepsResourceVersion(v Verb, subresource string, marked bool) bool {
+	switch v {
+	case VerbDelete:
+		return marked
+	case VerbDeleteAllOf:
+		return false
+	case VerbCreate:
+		return subresource == ""
+	}
+	return true
 }
 
 // verbOf maps a request's verb to the recorded Verb; a patch of type application/apply-patch+yaml is a
@@ -218,6 +234,9 @@ type sentMeta struct {
 	name, rv string
 	uid      types.UID
 	owners   []metaOwner
+	// marked is true when the object has a deletionTimestamp: a delete's answer is then the object left
+	// marked for deletion (finalizers or a grace period hold it), at the resourceVersion of the mark.
+	marked bool
 }
 
 // decodeMeta reads the object metadata of a JSON, YAML or protobuf body (a Status's details for a delete
@@ -259,7 +278,7 @@ func (s *Suite) decodeMeta(body []byte, contentType string) sentMeta {
 		}
 		return out
 	}
-	out := sentMeta{name: accessor.GetName(), rv: accessor.GetResourceVersion(), uid: accessor.GetUID()}
+	out := sentMeta{name: accessor.GetName(), rv: accessor.GetResourceVersion(), uid: accessor.GetUID(), marked: accessor.GetDeletionTimestamp() != nil}
 	for _, r := range accessor.GetOwnerReferences() {
 		out.owners = append(out.owners, metaOwner{Kind: r.Kind, Name: r.Name, UID: r.UID})
 	}
