@@ -272,7 +272,7 @@ func (s *Suite) decodeMeta(body []byte, contentType string) sentMeta {
 		if m.Kind == "Status" && m.Details != nil {
 			return sentMeta{name: m.Details.Name, uid: m.Details.UID}
 		}
-		out := sentMeta{name: m.Metadata.Name, rv: m.Metadata.ResourceVersion, uid: m.Metadata.UID}
+		out := sentMeta{name: m.Metadata.Name, rv: m.Metadata.ResourceVersion, uid: m.Metadata.UID, marked: m.Metadata.DeletionTimestamp != nil}
 		for _, r := range m.Metadata.OwnerReferences {
 			out.owners = append(out.owners, metaOwner{Kind: r.Kind, Name: r.Name, UID: r.UID})
 		}
@@ -290,10 +290,11 @@ func (s *Suite) decodeMeta(body []byte, contentType string) sentMeta {
 type bodyMeta struct {
 	Kind     string `json:"kind"`
 	Metadata struct {
-		Name            string    `json:"name"`
-		ResourceVersion string    `json:"resourceVersion"`
-		UID             types.UID `json:"uid"`
-		OwnerReferences []struct {
+		Name              string       `json:"name"`
+		ResourceVersion   string       `json:"resourceVersion"`
+		UID               types.UID    `json:"uid"`
+		DeletionTimestamp *metav1.Time `json:"deletionTimestamp"`
+		OwnerReferences   []struct {
 			Kind string    `json:"kind"`
 			Name string    `json:"name"`
 			UID  types.UID `json:"uid"`

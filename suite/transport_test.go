@@ -43,6 +43,8 @@ func TestDecodeMetaReadsEveryBodyForm(t *testing.T) {
 		{"protobuf", "application/vnd.kubernetes.protobuf", pb.Bytes(), want},
 		{"a delete's Status", "application/json", []byte(`{"kind":"Status","apiVersion":"v1","status":"Success","details":{"name":"p","kind":"pods","uid":"u-1"}}`),
 			sentMeta{name: "p", uid: "u-1"}},
+		{"a delete's answer left marked", "application/json", []byte(`{"kind":"Pod","metadata":{"name":"p","resourceVersion":"43","uid":"u-1","deletionTimestamp":"2026-12-06T01:00:00Z"}}`),
+			sentMeta{name: "p", rv: "43", uid: "u-1", marked: true}},
 		{"an empty body", "application/json", nil, sentMeta{}},
 		{"a body that is no object", "application/json", []byte(`[1,2]`), sentMeta{}},
 	} {
