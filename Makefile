@@ -71,6 +71,11 @@ test: envtest-assets browser $(GINKGO) ## Unit tests, the scenario suite and the
 example: envtest-assets ## KubeRay v1.5.0's unmodified RayCluster, RayJob and RayService controllers under ensemble.
 	cd examples/kuberay && KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -count=1 -timeout $(SUITE_TIMEOUT) -v ./... -args -ginkgo.v
 
+# examples/cluster-api is a Go module of its own too (cluster-api's dependencies stay out of ensemble's go.mod).
+.PHONY: example-cluster-api
+example-cluster-api: envtest-assets ## cluster-api v1.14.2's unmodified core controllers and webhooks, with a fake infrastructure provider, under ensemble.
+	cd examples/cluster-api && KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -count=1 -timeout $(SUITE_TIMEOUT) -v ./... -args -ginkgo.v
+
 .PHONY: test-suite
 test-suite: envtest-assets $(GINKGO) ## The scenario suite alone, verbose so pins are readable (REPORT_DIR=dir writes suite.json and junit.xml, LABELS=filter, SUITE_PROCS=processes).
 	@$(if $(REPORT_DIR),mkdir -p $(REPORT_DIR))
