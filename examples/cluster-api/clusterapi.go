@@ -148,6 +148,17 @@ func Setup(ctx context.Context, mgr manager.Manager) error {
 	if err != nil {
 		return fmt.Errorf("clusterapi: ClusterCache: %w", err)
 	}
+	// The ClusterCache starts the caches of its workload cluster connections on context.Background()
+	// (controllers/clustercache/cluster_cache.go:329), not on ctx: in production they end with the process.
+	// Here the process outlives the manager, and a watch still open keeps kube-apiserver from stopping, so
+	// the connections are shut down with the manager through the Shutdown method cluster-api keeps for its
+	// own tests (cluster_cache.go:731).
+	if sd, ok := clusterCache.(interface{ Shutdown() }); ok {
+		go func() {
+			<-ctx.Done()
+			sd.Shutdown()
+		}()
+	}
 	steps := []struct {
 		name  string
 		setup func() error

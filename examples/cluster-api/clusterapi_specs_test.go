@@ -46,8 +46,11 @@ func infraRef(kind, namespace, name string) *unstructured.Unstructured {
 // provisionCluster creates what a cluster-api user creates for a Cluster on the fake provider (a FakeCluster,
 // the Cluster, the bootstrap data Secret, and the kubeconfig Secret of the workload cluster, which is the
 // envtest itself, made with cluster-api's util/kubeconfig) and waits for the Cluster to be provisioned and
-// connected. It returns the Cluster.
-func provisionCluster(c *suite.Case, name string) *clusterv1.Cluster {
+// connected. Then it adds a control-plane Machine "cp-0" (no control plane provider runs: cluster-api
+// initializes such a Cluster's control plane when a control-plane Machine has a Node, and holds worker
+// Machines' NodeHealthy until then) and waits for the control plane to be initialized. It returns the Cluster
+// and how long it took to be provisioned.
+func provisionCluster(c *suite.Case, name string) (*clusterv1.Cluster, time.Duration) {
 	GinkgoHelper()
 	Expect(c.Create(&clusterapi.FakeCluster{ObjectMeta: metav1.ObjectMeta{Name: name}})).To(Succeed())
 	cl := builder.Cluster(c.Namespace, name).WithInfrastructureCluster(infraRef("FakeCluster", c.Namespace, name)).Build()
@@ -62,7 +65,21 @@ func provisionCluster(c *suite.Case, name string) *clusterv1.Cluster {
 		g.Expect(conditions.IsTrue(cl, clusterv1.ClusterRemoteConnectionProbeCondition)).To(BeTrue(),
 			"RemoteConnectionProbe: %v", conditions.Get(cl, clusterv1.ClusterRemoteConnectionProbeCondition))
 	}).Should(Succeed())
-	return cl
+	provisioned := time.Since(c.Started)
+
+	Expect(c.Create(&clusterapi.FakeMachine{ObjectMeta: metav1.ObjectMeta{Name: "cp-0"}})).To(Succeed())
+	m := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "cp-0", Labels: map[string]string{
+		clusterv1.ClusterNameLabel: cl.Name, clusterv1.MachineControlPlaneLabel: ""}},
+		Spec: clusterv1.MachineSpec{ClusterName: cl.Name, Bootstrap: clusterv1.Bootstrap{DataSecretName: ptr.To(bootstrapSecret)},
+			InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: clusterapi.InfraGroup, Kind: "FakeMachine", Name: "cp-0"}}}
+	Expect(c.Create(m)).To(Succeed())
+	eventually(func(g Gomega) {
+		expectMachinesRunning(g, c, client.HasLabels{clusterv1.MachineControlPlaneLabel}, 1)
+		g.Expect(c.Get(name, cl)).To(Succeed())
+		g.Expect(conditions.IsTrue(cl, clusterv1.ClusterControlPlaneInitializedCondition)).To(BeTrue(),
+			"ControlPlaneInitialized: %v", conditions.Get(cl, clusterv1.ClusterControlPlaneInitializedCondition))
+	}).Should(Succeed())
+	return cl, provisioned
 }
 
 // machineDeployment creates FakeMachineTemplate template (if it is not there) and MachineDeployment name of
@@ -98,27 +115,29 @@ func expectRolledOut(c *suite.Case, name string, replicas int32) []clusterv1.Mac
 		g.Expect(md.Status.Replicas).To(HaveValue(Equal(replicas)))
 		g.Expect(md.Status.UpToDateReplicas).To(HaveValue(Equal(replicas)))
 		g.Expect(md.Status.AvailableReplicas).To(HaveValue(Equal(replicas)))
-		machines = expectMachinesRunning(g, c, int(replicas))
+		machines = expectMachinesRunning(g, c, client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: name}, int(replicas))
 	}).Should(Succeed())
 	return machines
 }
 
-// expectMachinesRunning checks that the namespace holds n Machines, each Running with a nodeRef to a Ready
-// Node that carries its providerID, and that no other fake Node is left; it returns the Machines.
-func expectMachinesRunning(g Gomega, c *suite.Case, n int) []clusterv1.Machine {
+// expectMachinesRunning checks that the namespace holds n Machines matching sel, each Running with a
+// nodeRef to a Node that carries its providerID and reports NodeHealthy, and that every Machine of the
+// namespace has a Node of the case and no other Node is left; it returns the Machines matching sel.
+func expectMachinesRunning(g Gomega, c *suite.Case, sel client.ListOption, n int) []clusterv1.Machine {
 	list := &clusterv1.MachineList{}
-	g.Expect(c.List(list)).To(Succeed())
+	g.Expect(c.List(list, sel)).To(Succeed())
 	g.Expect(list.Items).To(HaveLen(n))
 	for _, m := range list.Items {
 		g.Expect(m.Status.Phase).To(Equal(string(clusterv1.MachinePhaseRunning)), "Machine %s", m.Name)
 		g.Expect(m.Status.NodeRef.IsDefined()).To(BeTrue(), "Machine %s has no nodeRef", m.Name)
+		g.Expect(conditions.IsTrue(&m, clusterv1.MachineNodeHealthyCondition)).To(BeTrue(), "Machine %s NodeHealthy: %v",
+			m.Name, conditions.Get(&m, clusterv1.MachineNodeHealthyCondition))
 		node := &corev1.Node{}
 		g.Expect(c.Get(m.Status.NodeRef.Name, node)).To(Succeed())
 		g.Expect(node.Spec.ProviderID).To(Equal(m.Spec.ProviderID))
 	}
-	nodes := &corev1.NodeList{}
-	g.Expect(c.List(nodes)).To(Succeed())
-	g.Expect(nodes.Items).To(HaveLen(n), "the case's Nodes")
+	all := count(c, &clusterv1.MachineList{})
+	g.Expect(count(c, &corev1.NodeList{})).To(Equal(all), "the case's Nodes, one per Machine")
 	return list.Items
 }
 
@@ -133,7 +152,13 @@ func finish(c *suite.Case) {
 // FakeMachineTemplate "small", rolled out; it returns the Cluster and the Machines.
 func withWorkers(c *suite.Case, cluster string, replicas int32) (*clusterv1.Cluster, []clusterv1.Machine) {
 	GinkgoHelper()
-	cl := provisionCluster(c, cluster)
+	// The MachineDeployment controller applies each MachineSet with its finalizers carried over ("Preserve all
+	// existing finalizers", core/reconcilers/machinedeployment/machinedeployment_rollout_planner.go:260-261),
+	// so its field manager co-owns the MachineSet controller's own finalizer, which that controller adds
+	// (core/reconcilers/machineset/machineset_controller.go:201): shared on purpose.
+	c.AllowSharedField(suite.Objects{Kind: "MachineSet", OwnerKind: "MachineDeployment"}, "metadata.finalizers[cluster.x-k8s.io/machineset]",
+		"the MachineDeployment controller's apply carries the MachineSet's finalizers over (machinedeployment_rollout_planner.go:260-261)")
+	cl, _ := provisionCluster(c, cluster)
 	machineDeployment(c, cluster, "workers", "small", replicas)
 	return cl, expectRolledOut(c, "workers", replicas)
 }
@@ -189,25 +214,12 @@ func setPaused(c *suite.Case, name string, paused bool) {
 var _ = Describe("cluster-api", func() {
 	It("a Cluster is provisioned and its control-plane Machine gets a Ready Node", func() {
 		c := s.NewCase(GinkgoT())
-		cl := provisionCluster(c, "demo")
-		provisioned := time.Since(c.Started)
+		cl, provisioned := provisionCluster(c, "demo")
 		fc := &clusterapi.FakeCluster{}
 		Expect(c.Get("demo", fc)).To(Succeed())
 		Expect(cl.Spec.ControlPlaneEndpoint).To(Equal(fc.Spec.ControlPlaneEndpoint), "the Cluster's endpoint is its FakeCluster's")
-		Expect(metav1.IsControlledBy(fc, cl)).To(BeFalse())
 		Expect(fc.OwnerReferences).To(ContainElement(HaveField("Kind", "Cluster")), "the Cluster controller owns the FakeCluster")
-
-		Expect(c.Create(&clusterapi.FakeMachine{ObjectMeta: metav1.ObjectMeta{Name: "cp-0"}})).To(Succeed())
-		m := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "cp-0", Labels: map[string]string{
-			clusterv1.ClusterNameLabel: cl.Name, clusterv1.MachineControlPlaneLabel: ""}},
-			Spec: clusterv1.MachineSpec{ClusterName: cl.Name, Bootstrap: clusterv1.Bootstrap{DataSecretName: ptr.To(bootstrapSecret)},
-				InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: clusterapi.InfraGroup, Kind: "FakeMachine", Name: "cp-0"}}}
-		Expect(c.Create(m)).To(Succeed())
-		eventually(func(g Gomega) {
-			expectMachinesRunning(g, c, 1)
-			g.Expect(c.Get("demo", cl)).To(Succeed())
-			g.Expect(cl.Status.Initialization.ControlPlaneInitialized).To(HaveValue(BeTrue()))
-		}).Should(Succeed())
+		m := &clusterv1.Machine{}
 		Expect(c.Get("cp-0", m)).To(Succeed())
 		node := &corev1.Node{}
 		Expect(c.Get(m.Status.NodeRef.Name, node)).To(Succeed())
@@ -305,7 +317,7 @@ var _ = Describe("cluster-api", func() {
 		Expect(c.List(sets)).To(Succeed())
 		Expect(sets.Items).To(HaveLen(1))
 		Expect(sets.Items[0].Spec.Replicas).To(HaveValue(BeEquivalentTo(1)), "a paused Cluster's MachineSet is not scaled")
-		Expect(count(c, &clusterv1.MachineList{})).To(Equal(1))
+		Expect(count(c, &clusterv1.MachineList{}, client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: "workers"})).To(Equal(1))
 
 		By("resuming the Cluster")
 		start := time.Now()
@@ -319,7 +331,7 @@ var _ = Describe("cluster-api", func() {
 		c := s.NewCase(GinkgoT())
 		cl, _ := withWorkers(c, "doomed", 2)
 		mhc := &clusterv1.MachineHealthCheck{ObjectMeta: metav1.ObjectMeta{Name: "workers"}, Spec: clusterv1.MachineHealthCheckSpec{
-			ClusterName: "doomed", Selector: metav1.LabelSelector{MatchLabels: map[string]string{clusterv1.ClusterNameLabel: "doomed"}}}}
+			ClusterName: "doomed", Selector: metav1.LabelSelector{MatchLabels: map[string]string{clusterv1.MachineDeploymentNameLabel: "workers"}}}}
 		Expect(c.Create(mhc)).To(Succeed())
 		eventually(func(g Gomega) {
 			g.Expect(c.Get(mhc.Name, mhc)).To(Succeed())
@@ -357,9 +369,9 @@ var _ = Describe("cluster-api", func() {
 })
 
 // count lists list's kind in the case's namespace and returns how many objects it holds.
-func count(c *suite.Case, list client.ObjectList) int {
+func count(c *suite.Case, list client.ObjectList, opts ...client.ListOption) int {
 	GinkgoHelper()
-	Expect(c.List(list)).To(Succeed())
+	Expect(c.List(list, opts...)).To(Succeed())
 	return meta.LenList(list)
 }
 

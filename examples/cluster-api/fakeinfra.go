@@ -259,7 +259,7 @@ func (r *fakeClusterReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 }
 
 // fakeMachineReconciler boots a FakeMachine: once the Machine that owns it has bootstrap data (a Secret it can
-// read), it creates a Ready Node with the machine's providerID, then reports the providerID and provisioned.
+// read), it creates a Node, Ready and under no pressure, with the machine's providerID, then reports the providerID and provisioned.
 // A deleted FakeMachine's Node is deleted before its finalizer is released.
 type fakeMachineReconciler struct{ c client.Client }
 
@@ -307,10 +307,19 @@ func (r *fakeMachineReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	} else if err != nil {
 		return ctrl.Result{}, err
 	}
-	if !nodeReady(node) {
+	if !nodeHealthy(node) {
 		base := node.DeepCopy()
-		node.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue,
-			Reason: "KubeletReady", Message: "the fake infrastructure provider's node", LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		now := metav1.Now()
+		node.Status.Conditions = []corev1.NodeCondition{
+			{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady"},
+			{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientMemory"},
+			{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasNoDiskPressure"},
+			{Type: corev1.NodePIDPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientPID"},
+		}
+		for i := range node.Status.Conditions {
+			node.Status.Conditions[i].LastHeartbeatTime, node.Status.Conditions[i].LastTransitionTime = now, now
+			node.Status.Conditions[i].Message = "the fake infrastructure provider's node"
+		}
 		if err := r.c.Status().Patch(ctx, node, client.MergeFrom(base)); err != nil {
 			return ctrl.Result{}, err
 		}
@@ -332,11 +341,15 @@ func (r *fakeMachineReconciler) Reconcile(ctx context.Context, req ctrl.Request)
 	return ctrl.Result{}, nil
 }
 
-func nodeReady(n *corev1.Node) bool {
+// nodeHealthy tells whether n reports the conditions cluster-api's NodeHealthy reads: Ready, and no
+// memory, disk or PID pressure.
+func nodeHealthy(n *corev1.Node) bool {
+	want := map[corev1.NodeConditionType]corev1.ConditionStatus{corev1.NodeReady: corev1.ConditionTrue,
+		corev1.NodeMemoryPressure: corev1.ConditionFalse, corev1.NodeDiskPressure: corev1.ConditionFalse, corev1.NodePIDPressure: corev1.ConditionFalse}
 	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
+		if want[c.Type] == c.Status {
+			delete(want, c.Type)
 		}
 	}
-	return false
+	return len(want) == 0
 }
