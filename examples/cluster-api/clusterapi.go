@@ -152,7 +152,7 @@ func Setup(ctx context.Context, mgr manager.Manager) error {
 	// (controllers/clustercache/cluster_cache.go:329), not on ctx: in production they end with the process.
 	// Here the process outlives the manager, and a watch still open keeps kube-apiserver from stopping, so
 	// the connections are shut down with the manager through the Shutdown method cluster-api keeps for its
-	// own tests (cluster_cache.go:731).
+	// own tests (cluster_cache.go:733).
 	if sd, ok := clusterCache.(interface{ Shutdown() }); ok {
 		go func() {
 			<-ctx.Done()
