@@ -61,20 +61,21 @@ $(GINKGO): go.mod go.sum
 # The scenario suite runs after the other packages, not beside them: its rate measurements (the migration
 # storm's passes per operator second) should not share the two cores with the operators' own envtest tests.
 .PHONY: test
-test: envtest-assets browser $(GINKGO) ## Unit tests, the scenario suite and the KubeRay example: what CI runs.
+test: envtest-assets browser $(GINKGO) ## Unit tests, the scenario suite and the examples (KubeRay, Kueue, cluster-api): what CI runs.
 	CHROME="$(BROWSER_PATH)" KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -count=1 -timeout $(SUITE_TIMEOUT) $$($(GO) list ./... | grep -v /scenarios$$)
 	$(RUN_SUITE) $(GINKGO_ARGS) ./scenarios
 	$(MAKE) --no-print-directory example
 
-# examples/kuberay is a Go module of its own (KubeRay's dependencies stay out of ensemble's go.mod).
+# Each example is a public operator, unmodified at a pinned version, in a Go module of its own (its
+# dependencies stay out of ensemble's go.mod). EXAMPLES picks some (EXAMPLES=kueue); make test runs them all.
+EXAMPLES ?= kuberay kueue cluster-api
 .PHONY: example
-example: envtest-assets ## KubeRay v1.5.0's unmodified RayCluster, RayJob and RayService controllers under ensemble.
-	cd examples/kuberay && KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -count=1 -timeout $(SUITE_TIMEOUT) -v ./... -args -ginkgo.v
-
-# examples/kueue is a Go module of its own too (Kueue's dependencies stay out of ensemble's go.mod).
-.PHONY: example-kueue
-example-kueue: envtest-assets ## Kueue v0.17.0's unmodified controllers, job webhooks and scheduler under ensemble.
-	cd examples/kueue && KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -count=1 -timeout $(SUITE_TIMEOUT) -v ./... -args -ginkgo.v
+example: envtest-assets ## The examples, verbose: KubeRay v1.5.0, Kueue v0.17.0 and cluster-api v1.14.2, unmodified under ensemble (EXAMPLES=kueue runs one).
+	@for e in $(EXAMPLES); do [ -f examples/$$e/go.mod ] || { echo "make example: no example $$e (there are: $$(cd examples && ls -d */ | tr -d / | tr '\n' ' '))" >&2; exit 2; }; done
+	@for e in $(EXAMPLES); do \
+	  echo "== examples/$$e"; \
+	  (cd examples/$$e && KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -count=1 -timeout $(SUITE_TIMEOUT) -v ./... -args -ginkgo.v) || exit 1; \
+	done
 
 .PHONY: test-suite
 test-suite: envtest-assets $(GINKGO) ## The scenario suite alone, verbose so pins are readable (REPORT_DIR=dir writes suite.json and junit.xml, LABELS=filter, SUITE_PROCS=processes).

@@ -1,0 +1,253 @@
+// Package clusterapi wires Cluster API's core provider (sigs.k8s.io/cluster-api v1.14.2, unmodified) into an
+// ensemble run: its Cluster, Machine, MachineSet, MachineDeployment and MachineHealthCheck reconcilers, the
+// ClusterCache they share, its default field indexes, every admission webhook core/main.go registers, and its
+// CRD migrator, each built as core/main.go builds them with its default flags. It also holds a fake
+// infrastructure provider (fakeinfra.go), the example's own code.
+//
+// This file is the only one that names cluster-api's version-specific setup (package paths, options and
+// reconciler fields as of v1.14.2); a run against another version changes it alone.
+package clusterapi
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	storagev1 "k8s.io/api/storage/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+
+	addonsv1beta1 "sigs.k8s.io/cluster-api/api/addons/v1beta1"
+	addonsv1 "sigs.k8s.io/cluster-api/api/addons/v1beta2"
+	clusterv1beta1 "sigs.k8s.io/cluster-api/api/core/v1beta1"
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	ipamv1alpha1 "sigs.k8s.io/cluster-api/api/ipam/v1alpha1"
+	ipamv1beta1 "sigs.k8s.io/cluster-api/api/ipam/v1beta1"
+	ipamv1 "sigs.k8s.io/cluster-api/api/ipam/v1beta2"
+	runtimev1alpha1 "sigs.k8s.io/cluster-api/api/runtime/v1alpha1"
+	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
+	"sigs.k8s.io/cluster-api/controllers/crdmigrator"
+	"sigs.k8s.io/cluster-api/controllers/remote"
+	"sigs.k8s.io/cluster-api/core/reconcilers/cluster"
+	"sigs.k8s.io/cluster-api/core/reconcilers/machine"
+	"sigs.k8s.io/cluster-api/core/reconcilers/machinedeployment"
+	"sigs.k8s.io/cluster-api/core/reconcilers/machinehealthcheck"
+	"sigs.k8s.io/cluster-api/core/reconcilers/machineset"
+	"sigs.k8s.io/cluster-api/core/setup"
+	coreadmission "sigs.k8s.io/cluster-api/core/webhooks/admission"
+	"sigs.k8s.io/cluster-api/feature"
+	"sigs.k8s.io/cluster-api/util/index"
+
+	"github.com/ensembletest/ensemble/suite"
+)
+
+// Module is the Go module Cluster API's core provider is imported from.
+const Module = "sigs.k8s.io/cluster-api"
+
+// ControllerName is the name core/main.go gives its manager: its User-Agent and the cache's informers carry it.
+const ControllerName = "cluster-api-controller-manager"
+
+// ManagerName is the ensemble manager that runs the core controllers and serves the webhooks;
+// CRDMigratorManagerName runs the CRD migrator, ungated (see CRDMigratorManagerOptions).
+const (
+	ManagerName            = "capi"
+	CRDMigratorManagerName = "capi-crdmigrator"
+)
+
+// Controllers are the names controller-runtime's builder gives the controllers Setup registers, in
+// registration order: the ClusterCache's own, then Cluster, Machine, MachineSet, MachineDeployment and
+// MachineHealthCheck.
+var Controllers = []string{"clustercache", "cluster", "machine", "machineset", "machinedeployment", "machinehealthcheck"}
+
+// CRDPath returns the directory of the core provider's CRD YAML in the module cache
+// (core/config/crd/bases), as suite.ModuleDir resolves Module from the working directory.
+func CRDPath() (string, error) { return moduleFile("core", "config", "crd", "bases") }
+
+// WebhookPath returns the core provider's webhook manifests in the module cache
+// (core/config/webhook/manifests.yaml), for suite.WebhookOptions.Paths.
+func WebhookPath() (string, error) { return moduleFile("core", "config", "webhook", "manifests.yaml") }
+
+func moduleFile(elem ...string) (string, error) {
+	dir, err := suite.ModuleDir(Module)
+	if err != nil {
+		return "", fmt.Errorf("clusterapi: %w", err)
+	}
+	return filepath.Join(append([]string{dir}, elem...)...), nil
+}
+
+// Scheme returns a scheme holding what core/main.go's init registers (client-go's kinds, CRDs, storage,
+// and cluster-api's core, addons, runtime and IPAM groups in every served version) and the fake
+// infrastructure provider's kinds.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme,
+		storagev1.AddToScheme, clusterv1beta1.AddToScheme, clusterv1.AddToScheme, addonsv1beta1.AddToScheme,
+		addonsv1.AddToScheme, runtimev1alpha1.AddToScheme, runtimev1.AddToScheme, ipamv1alpha1.AddToScheme,
+		ipamv1beta1.AddToScheme, ipamv1.AddToScheme, addFakeInfra} {
+		if err := add(s); err != nil {
+			return nil, fmt.Errorf("clusterapi: scheme: %w", err)
+		}
+	}
+	return s, nil
+}
+
+// main.go's flag defaults that Setup uses.
+const (
+	syncPeriod                  = 10 * time.Minute
+	remoteConnectionGracePeriod = 50 * time.Second
+	remoteConditionsGracePeriod = 5 * time.Minute
+	clusterCacheClientQPS       = 20
+	clusterCacheClientBurst     = 30
+)
+
+// ManagerOptions returns the ensemble manager that runs Setup, with the cache, client and controller options
+// core/main.go hands controller-runtime (Secrets cached only with the cluster-name label, ConfigMaps and
+// Secrets read uncached, the priority queue when its feature gate is on, as it is by default) and main.go's
+// User-Agent. scheme must come from Scheme.
+func ManagerOptions(scheme *runtime.Scheme) suite.ManagerOptions {
+	return suite.ManagerOptions{
+		Name:       ManagerName,
+		UserAgent:  remote.DefaultClusterAPIUserAgent(ControllerName),
+		Cache:      setup.ManagerCacheOptions(scheme, ControllerName, "", syncPeriod),
+		Client:     setup.ManagerClientOptions(),
+		Controller: config.Controller{UsePriorityQueue: ptr.To(feature.Gates.Enabled(feature.PriorityQueue))},
+		Register:   Setup,
+	}
+}
+
+func concurrency(c int) controller.Options { return controller.Options{MaxConcurrentReconciles: c} }
+
+// Setup registers what core/main.go's setupIndexes, setupReconcilers and setupWebhooks register for the
+// core controllers, with main.go's default flags: the default indexes, the ClusterCache (its connections end
+// with ctx), the Cluster, Machine, MachineSet, MachineDeployment and MachineHealthCheck reconcilers, and every
+// webhook. Left out are the reconcilers behind feature gates off by default (ClusterClass, topology,
+// ExtensionConfig), MachinePool's and the ClusterResourceSet ones (no spec uses them), and the CRD migrator,
+// which CRDMigratorManagerOptions runs. mgr's scheme must come from Scheme.
+func Setup(ctx context.Context, mgr manager.Manager) error {
+	if err := index.AddDefaultIndexes(ctx, mgr); err != nil {
+		return fmt.Errorf("clusterapi: indexes: %w", err)
+	}
+	secretCachingClient, err := setup.CreateSecretCachingClient(mgr)
+	if err != nil {
+		return fmt.Errorf("clusterapi: secret caching client: %w", err)
+	}
+	clusterCache, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
+		SecretClient: secretCachingClient,
+		Cache:        setup.ClusterCacheCacheOptions(),
+		Client:       setup.ClusterCacheClientOptions(ControllerName, clusterCacheClientQPS, clusterCacheClientBurst),
+	}, concurrency(100))
+	if err != nil {
+		return fmt.Errorf("clusterapi: ClusterCache: %w", err)
+	}
+	// The ClusterCache starts the caches of its workload cluster connections on context.Background()
+	// (controllers/clustercache/cluster_cache.go:329), not on ctx: in production they end with the process.
+	// Here the process outlives the manager, and a watch still open keeps kube-apiserver from stopping, so
+	// the connections are shut down with the manager through the Shutdown method cluster-api keeps for its
+	// own tests (cluster_cache.go:733).
+	if sd, ok := clusterCache.(interface{ Shutdown() }); ok {
+		go func() {
+			<-ctx.Done()
+			sd.Shutdown()
+		}()
+	}
+	steps := []struct {
+		name  string
+		setup func() error
+	}{
+		{"Cluster", func() error {
+			return (&cluster.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: clusterCache,
+				RemoteConnectionGracePeriod: remoteConnectionGracePeriod}).SetupWithManager(ctx, mgr, concurrency(50))
+		}},
+		{"Machine", func() error {
+			return (&machine.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: clusterCache,
+				RemoteConditionsGracePeriod: remoteConditionsGracePeriod}).SetupWithManager(ctx, mgr, concurrency(100))
+		}},
+		{"MachineSet", func() error {
+			return (&machineset.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: clusterCache,
+				PreflightChecks: sets.New(clusterv1.MachineSetPreflightCheckAll),
+			}).SetupWithManager(ctx, mgr, concurrency(50))
+		}},
+		{"MachineDeployment", func() error {
+			return (&machinedeployment.Reconciler{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader()}).
+				SetupWithManager(ctx, mgr, concurrency(50))
+		}},
+		{"MachineHealthCheck", func() error {
+			return (&machinehealthcheck.Reconciler{Client: mgr.GetClient(), ClusterCache: clusterCache}).
+				SetupWithManager(ctx, mgr, concurrency(50))
+		}},
+	}
+	for _, st := range steps {
+		if err := st.setup(); err != nil {
+			return fmt.Errorf("clusterapi: %s controller: %w", st.name, err)
+		}
+	}
+	return setupWebhooks(mgr, clusterCache)
+}
+
+// setupWebhooks registers every webhook core/main.go's setupWebhooks registers, so that each path of
+// core/config/webhook/manifests.yaml is served. main.go also hands its conversion webhooks an apiVersion
+// getter built on internal/contract.GetAPIVersion, which no package outside cluster-api can import; it is
+// left unset, as the conversion webhooks are never called here: ensemble's envtest drops the conversion of
+// CRDs whose kinds are not convertible in the scheme, and cluster-api registers its converters with the
+// manager's converter registry, not the scheme (README, Findings).
+func setupWebhooks(mgr manager.Manager, clusterCache clustercache.ClusterCache) error {
+	hooks := []interface{ SetupWebhookWithManager(manager.Manager) error }{
+		&coreadmission.ClusterClass{Client: mgr.GetClient()},
+		&coreadmission.Cluster{Client: mgr.GetClient(), ClusterCacheReader: clusterCache},
+		&coreadmission.Machine{}, &coreadmission.MachineSet{}, &coreadmission.MachineDeployment{},
+		&coreadmission.MachineDrainRule{}, &coreadmission.MachinePool{}, &coreadmission.ClusterResourceSet{},
+		&coreadmission.ClusterResourceSetBinding{}, &coreadmission.MachineHealthCheck{}, &coreadmission.ExtensionConfig{},
+		&coreadmission.IPAddress{Client: mgr.GetAPIReader()}, &coreadmission.IPAddressClaim{},
+	}
+	for _, h := range hooks {
+		if err := h.SetupWebhookWithManager(mgr); err != nil {
+			return fmt.Errorf("clusterapi: webhook %T: %w", h, err)
+		}
+	}
+	return nil
+}
+
+// CRDMigratorManagerOptions returns an ungated manager running cluster-api's CRD migrator with the
+// configuration core/main.go gives it (the core kinds it serves with feature gates at their defaults,
+// MachinePool included), at concurrency 1. It reconciles CustomResourceDefinitions, which exist from Boot on
+// and no Case creates or claims, so a gated manager would refuse every request: it runs ungated and migrates
+// the CRDs once, as it does when a provider starts.
+func CRDMigratorManagerOptions() suite.ManagerOptions {
+	return suite.ManagerOptions{
+		Name:      CRDMigratorManagerName,
+		UserAgent: remote.DefaultClusterAPIUserAgent(ControllerName),
+		Ungated:   true,
+		Client:    setup.ManagerClientOptions(),
+		Register: func(ctx context.Context, mgr manager.Manager) error {
+			cfg := map[client.Object]crdmigrator.ByObjectConfig{
+				&addonsv1.ClusterResourceSetBinding{}: {UseCache: false},
+				&addonsv1.ClusterResourceSet{}:        {UseCache: false, UseStatusForStorageVersionMigration: true},
+				&clusterv1.Cluster{}:                  {UseCache: false, UseStatusForStorageVersionMigration: true},
+				&clusterv1.MachineDeployment{}:        {UseCache: false, UseStatusForStorageVersionMigration: true},
+				&clusterv1.MachineDrainRule{}:         {UseCache: false},
+				&clusterv1.MachineHealthCheck{}:       {UseCache: false, UseStatusForStorageVersionMigration: true},
+				&clusterv1.Machine{}:                  {UseCache: false, UseStatusForStorageVersionMigration: true},
+				&clusterv1.MachineSet{}:               {UseCache: false, UseStatusForStorageVersionMigration: true},
+				&ipamv1.IPAddress{}:                   {UseCache: false},
+				&ipamv1.IPAddressClaim{}:              {UseCache: false, UseStatusForStorageVersionMigration: true},
+			}
+			if feature.Gates.Enabled(feature.MachinePool) {
+				cfg[&clusterv1.MachinePool{}] = crdmigrator.ByObjectConfig{UseCache: false, UseStatusForStorageVersionMigration: true}
+			}
+			if err := (&crdmigrator.CRDMigrator{Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Config: cfg}).
+				SetupWithManager(ctx, mgr, concurrency(1)); err != nil {
+				return fmt.Errorf("clusterapi: CRD migrator: %w", err)
+			}
+			return nil
+		},
+	}
+}
