@@ -72,10 +72,10 @@ func (c *Case) writeRecord(points, firedAt []string, end map[string]map[string]s
 	}
 	sort.Strings(r.Externals)
 	for _, w := range c.Writes(WriteFilter{IncludeRejected: true}) {
-		// An admission is part of the write it admitted, and a write read from the audit log
-		// (kube-controller-manager's) is no point's to answer: exploring them would only propose points that
-		// never fire.
-		if w.Manager == caseManager || w.Verb == VerbAdmit || w.audited {
+		// An admission is part of the write it admitted, a conversion part of a read, and a write read from
+		// the audit log (kube-controller-manager's) is no point's to answer: exploring them would only propose
+		// points that never fire.
+		if w.Manager == caseManager || w.answer() || w.audited {
 			continue
 		}
 		r.Writes = append(r.Writes, perturb.RecordWrite{Writer: w.writer(), Object: w.Kind + "/" + w.Name,

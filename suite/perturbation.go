@@ -535,7 +535,7 @@ func (c *Case) reportPoints(points, firedAt []string) []string {
 
 // writers lists, sorted, the writers a point may name in namespace ns: each manager, each manager/controller
 // of the controllers it wrapped, and each writer of a write recorded in ns (the spec's own case/spec and
-// admissions and the writers read from the audit log aside).
+// webhooks' admissions and conversions and the writers read from the audit log aside).
 func (s *Suite) writers(ns string) []string {
 	set := map[string]bool{}
 	s.mu.Lock()
@@ -547,8 +547,8 @@ func (s *Suite) writers(ns string) []string {
 	}
 	s.mu.Unlock()
 	for _, w := range s.rec.writes(ns, WriteFilter{IncludeRejected: true}) {
-		// An admission or a write read from the audit log never passes a point.
-		if w.Manager != caseManager && w.Verb != VerbAdmit && !w.audited {
+		// An admission, a conversion or a write read from the audit log never passes a point.
+		if w.Manager != caseManager && !w.answer() && !w.audited {
 			set[w.writer()] = true
 		}
 	}

@@ -18,7 +18,9 @@ type Verb string
 
 // The verbs of recorded writes. A server-side apply is VerbApply whether it was sent with Apply or as a Patch
 // of type application/apply-patch+yaml. VerbAdmit is an admission webhook's answer to another writer's
-// write (Write.Admission says what it answered).
+// write (Write.Admission says what it answered). VerbConvert is a CRD conversion webhook's conversion of one
+// object to the apiVersion the API server asked for (Write.Conversion says which): part of a read, a list or
+// a watch, it changes nothing, so quiescence, the oracles and perturbation points leave it out.
 const (
 	VerbCreate      Verb = "create"
 	VerbUpdate      Verb = "update"
@@ -27,6 +29,7 @@ const (
 	VerbDelete      Verb = "delete"
 	VerbDeleteAllOf Verb = "deleteallof"
 	VerbAdmit       Verb = "admit"
+	VerbConvert     Verb = "convert"
 )
 
 // CaseFieldManager is the field manager of every write a Case's client makes, so that what a spec wrote shows
@@ -46,7 +49,8 @@ type Write struct {
 	// pass it is the component a client of the manager names in its User-Agent (rest.AddUserAgent, e.g.
 	// LeaderElection) or the Runnable whose context it was made on, else empty (a fake's timer, an event
 	// recorder, a context not derived from the pass's); "spec" for a Case. For VerbAdmit, Manager is the
-	// manager that serves webhooks and Controller the webhook's name in its configuration.
+	// manager that serves webhooks and Controller the webhook's name in its configuration; for VerbConvert,
+	// the same manager and the CRD's name ("gadgets.example.com").
 	// A write no client of the harness sent is read from kube-apiserver's audit log: kube-controller-manager's
 	// is Manager "kube-controller-manager" with the controller its User-Agent names (Controller
 	// "replicaset-controller", "generic-garbage-collector"); any other's Manager is the user it authenticated
@@ -62,8 +66,8 @@ type Write struct {
 	// Kind is the object's kind, e.g. "Shard"; Namespace and Name its key (Name empty for VerbDeleteAllOf).
 	Kind, Namespace, Name string
 	// ResourceVersion is the object's resourceVersion the API server answered with; empty for a rejected
-	// write, for deletes and for subresource creates (a pods/binding answers with no pod). The Change with
-	// the same resourceVersion is the one this write made.
+	// write, for deletes, for subresource creates (a pods/binding answers with no pod) and for conversions.
+	// The Change with the same resourceVersion is the one this write made.
 	ResourceVersion string
 	// UID is the object's metadata.uid: the API server's answer for a write that succeeded, else the uid
 	// the writer's object carried (empty when it carried none, as a create's or an apply's often does).
@@ -74,13 +78,16 @@ type Write struct {
 	FieldOwner string
 	// Err is the API server's answer for a rejected write (conflict, validation, not found, ...); nil when
 	// the write succeeded. A write a perturbation point answered was never sent: Err is the point's error.
-	// For VerbAdmit, the webhook's denial.
+	// For VerbAdmit, the webhook's denial; for VerbConvert, the conversion's failure (the whole review's: the
+	// API server's read failed).
 	Err error
 	// Point is the perturbation point (perturb.Point's string) that fired on this write or refused it; empty
 	// for a write no point touched.
 	Point string
 	// Admission is what the webhook answered, for VerbAdmit; nil for every other write.
 	Admission *Admission
+	// Conversion is the conversion the webhook was asked for, for VerbConvert; nil for every other write.
+	Conversion *Conversion
 
 	// scope is the namespace of the Case the object belongs to (see scopes): Namespace, or for a
 	// cluster-scoped object the claiming Case's; "" for an object no Case claimed.
@@ -118,6 +125,13 @@ func (w Write) line() string {
 		}
 		if w.Err != nil {
 			s += " DENIED: " + w.Err.Error()
+		}
+		return s
+	}
+	if c := w.Conversion; c != nil {
+		s := fmt.Sprintf("#%d %s %s %s %s/%s %s -> %s at %s", w.Seq, w.Time.Format("15:04:05.000"), w.writer(), w.Verb, w.Kind, key(w.Namespace, w.Name), c.From, c.version(), c.Path)
+		if w.Err != nil {
+			s += " FAILED: " + w.Err.Error()
 		}
 		return s
 	}
@@ -222,6 +236,14 @@ const LeaderElection = "leader-election"
 // writes out: they go on for as long as the manager leads.
 func (w Write) heartbeat() bool { return w.Controller == LeaderElection && w.Kind == "Lease" }
 
+// answer reports whether w is a webhook's answer to another client's request (VerbAdmit, VerbConvert), not a
+// write its writer made: the hot-loop oracle, perturbation points and case records leave it out.
+func (w Write) answer() bool { return w.Verb == VerbAdmit || w.Verb == VerbConvert }
+
+// quiet reports whether w leaves quiescence alone: a Lease renewal goes on for as long as the manager leads,
+// and a conversion is part of a read, which changes nothing. An admission counts: it is part of a write.
+func (w Write) quiet() bool { return w.heartbeat() || w.Verb == VerbConvert }
+
 func (r *recorder) addWrite(w Write) {
 	if w.scope == "" {
 		w.scope = r.scopes.of(w.Kind, w.Namespace, w.Name)
@@ -229,14 +251,14 @@ func (r *recorder) addWrite(w Write) {
 	r.mu.Lock()
 	w.Seq = int64(len(r.writeLog) + 1)
 	r.writeLog = append(r.writeLog, w)
-	if !w.heartbeat() && w.Time.After(r.latest[w.scope]) {
+	if !w.quiet() && w.Time.After(r.latest[w.scope]) {
 		r.latest[w.scope] = w.Time
 	}
 	requeued := w.Pass > 0 && int(w.Pass) <= len(r.passLog) && r.passLog[w.Pass-1].Requeued
-	// An admission is part of the write it admitted, which is counted already. The hot-loop oracle judges the
-	// writers the harness records itself, in the order they return: a write read from the audit log arrives
-	// late, out of that order, and is no operator's reconcile.
-	if w.Manager != caseManager && !requeued && !w.heartbeat() && w.Verb != VerbAdmit && !w.audited {
+	// An admission is part of the write it admitted, which is counted already, and a conversion part of a
+	// read. The hot-loop oracle judges the writers the harness records itself, in the order they return: a
+	// write read from the audit log arrives late, out of that order, and is no operator's reconcile.
+	if w.Manager != caseManager && !requeued && !w.heartbeat() && !w.answer() && !w.audited {
 		r.hot.observe(w)
 	}
 	r.mu.Unlock()
@@ -402,7 +424,7 @@ func (r *recorder) lastPassErrors(ns string) []Pass {
 
 // lastWrite returns the time of the latest write to namespace ns (zero when none), after reading the audit
 // log to its end: the latest by Time, not the last recorded, leaving out leader election's Lease renewals (a
-// manager's heartbeat, not a reaction to anything).
+// manager's heartbeat, not a reaction to anything) and conversions (a read's).
 func (r *recorder) lastWrite(ns string) time.Time {
 	r.sync()
 	r.mu.Lock()
@@ -410,13 +432,14 @@ func (r *recorder) lastWrite(ns string) time.Time {
 	return r.latest[ns]
 }
 
-// writers counts writes to namespace ns since t by writer and by object, for quiescence reports.
+// writers counts writes to namespace ns since t by writer and by object, for quiescence reports: those
+// quiescence waits on (not quiet).
 func (r *recorder) writers(ns string, since time.Time) map[string]int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := map[string]int{}
 	for _, w := range r.writeLog {
-		if w.scope == ns && !w.Time.Before(since) {
+		if w.scope == ns && !w.Time.Before(since) && !w.quiet() {
 			sub := ""
 			if w.Subresource != "" {
 				sub = "/" + w.Subresource

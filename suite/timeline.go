@@ -550,6 +550,8 @@ func count(n int, thing string) string {
 	return fmt.Sprintf("%d %ss", n, thing)
 }
 
+// verbLetter is the letter the timeline draws a write of verb v with: C, U, P, A, D (deletes), W (a webhook's
+// admission or conversion).
 func verbLetter(v Verb) string {
 	switch v {
 	case VerbCreate:
@@ -560,6 +562,8 @@ func verbLetter(v Verb) string {
 		return "P"
 	case VerbApply:
 		return "A"
+	case VerbAdmit, VerbConvert:
+		return "W"
 	}
 	return "D"
 }

@@ -357,3 +357,15 @@ func TestCaseMarks(t *testing.T) {
 		t.Fatalf("marks %v: want the violation once at its own time, then the quiescence failure", m)
 	}
 }
+
+// TestVerbLetters: the timeline draws each write with its verb's letter; an admission (and a conversion) was
+// drawn as a delete, "D".
+func TestVerbLetters(t *testing.T) {
+	want := map[Verb]string{VerbCreate: "C", VerbUpdate: "U", VerbPatch: "P", VerbApply: "A", VerbDelete: "D",
+		VerbDeleteAllOf: "D", VerbAdmit: "W", VerbConvert: "W"}
+	for v, letter := range want {
+		if got := verbLetter(v); got != letter {
+			t.Errorf("verb %s is drawn %q, want %q", v, got, letter)
+		}
+	}
+}

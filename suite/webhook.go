@@ -24,6 +24,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -57,6 +58,28 @@ type Admission struct {
 	Patch []string
 }
 
+// Conversion is the conversion a CRD's conversion webhook was asked for, on a Write of VerbConvert.
+type Conversion struct {
+	// Path is where the serving manager answers the conversion webhook: "/convert".
+	Path string
+	// From is the object's apiVersion as the API server sent it ("example.com/v1"), To the apiVersion the
+	// API server asked for ("example.com/v2").
+	From, To string
+}
+
+// version is c.To without its group when it is From's ("v2"), else c.To whole.
+func (c *Conversion) version() string {
+	group, version, ok := strings.Cut(c.To, "/")
+	if ok && strings.HasPrefix(c.From, group+"/") {
+		return version
+	}
+	return c.To
+}
+
+// conversionPath is where envtest points every CRD's conversion webhook, and where controller-runtime's
+// builder registers its conversion handler.
+const conversionPath = "/convert"
+
 // webhookProbePath is where the serving manager answers the harness's own probe webhooks, which tell Boot
 // that the API server applies the operator's configurations (see awaitWebhooks).
 const webhookProbePath = "/ensemble-webhook-probe"
@@ -73,11 +96,13 @@ type webhooks struct {
 	ca      []byte
 	// mutating and validating are the operator's configurations, pointed at host:port; names holds the
 	// names of the webhooks served at each path; conversion names the CRDs whose conversion webhook
-	// (always /convert) the serving manager must answer.
+	// (always /convert) the serving manager must answer, and crds names each of those CRDs by its group
+	// and kind.
 	mutating   []*admissionregistrationv1.MutatingWebhookConfiguration
 	validating []*admissionregistrationv1.ValidatingWebhookConfiguration
 	names      map[string][]string
 	conversion []string
+	crds       map[schema.GroupKind]string
 	// probed counts the calls of the probe webhooks: mutating, validating.
 	probed [2]atomic.Int64
 
@@ -96,7 +121,7 @@ func readWebhooks(opts WebhookOptions) (*webhooks, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &webhooks{names: map[string][]string{}}
+	h := &webhooks{names: map[string][]string{}, crds: map[schema.GroupKind]string{}}
 	for _, c := range append(slices.Clone(opts.Mutating), mutating...) {
 		h.mutating = append(h.mutating, c.DeepCopy())
 	}
@@ -115,6 +140,7 @@ func (h *webhooks) pointAt(env *envtest.Environment) error {
 	for _, crd := range env.CRDs {
 		if c := crd.Spec.Conversion; c != nil && c.Strategy == apiextensionsv1.WebhookConverter {
 			h.conversion = append(h.conversion, crd.Name)
+			h.crds[schema.GroupKind{Group: crd.Spec.Group, Kind: crd.Spec.Names.Kind}] = crd.Name
 		}
 	}
 	for _, c := range h.mutating {
@@ -212,7 +238,8 @@ func readWebhookPaths(paths []string) ([]*admissionregistrationv1.MutatingWebhoo
 }
 
 // webhookServer is the webhook.Server of every manager (manager.Options.WebhookServer), on the loopback
-// address envtest chose. Register records every admission the handler answers (see admissionHandler). Only
+// address envtest chose. Register records every admission and conversion the handler answers (see
+// recordingHandler). Only
 // the serving manager's server listens; the others' Start waits for the manager to stop.
 type webhookServer struct {
 	webhook.Server
@@ -229,12 +256,12 @@ func (h *webhooks) newServer(s *Suite, manager string) *webhookServer {
 		Server: webhook.NewServer(webhook.Options{Host: h.host, Port: h.port, CertDir: h.certDir})}
 }
 
-// Register registers hook at path, wrapped so that each admission it answers is recorded.
+// Register registers hook at path, wrapped so that each admission or conversion it answers is recorded.
 func (w *webhookServer) Register(path string, hook http.Handler) {
 	w.mu.Lock()
 	w.paths = append(w.paths, path)
 	w.mu.Unlock()
-	w.Server.Register(path, w.s.admissionHandler(w.manager, path, hook))
+	w.Server.Register(path, w.s.recordingHandler(w.manager, path, hook))
 }
 
 // Start serves when this manager serves webhooks; otherwise it waits until ctx is done.
@@ -292,8 +319,8 @@ func (h *webhooks) unserved() []string {
 	}
 	sort.Strings(out)
 	for _, crd := range h.conversion {
-		if !served("/convert") {
-			out = append(out, fmt.Sprintf("the conversion webhook of CRD %s at /convert", crd))
+		if !served(conversionPath) {
+			out = append(out, fmt.Sprintf("the conversion webhook of CRD %s at %s", crd, conversionPath))
 		}
 	}
 	return out
@@ -386,14 +413,16 @@ func (h *webhooks) probe(i int) http.Handler {
 	})
 }
 
-// admissionHandler wraps the handler manager registered at path: when path serves a configured admission
-// webhook, each request it answers is recorded as a Write of VerbAdmit (see recordAdmission). Other paths
-// (a conversion webhook's) are served unwrapped.
-func (s *Suite) admissionHandler(manager, path string, hook http.Handler) http.Handler {
+// recordingHandler wraps the handler manager registered at path: when path serves a configured admission
+// webhook, each request it answers is recorded as a Write of VerbAdmit (see recordAdmission); when it is
+// /convert and a CRD's conversion webhook is configured, each object it converts as a Write of VerbConvert
+// (see recordConversion). Other paths are served unwrapped.
+func (s *Suite) recordingHandler(manager, path string, hook http.Handler) http.Handler {
 	path = "/" + strings.TrimLeft(path, "/")
 	return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
 		names := s.hooks.names[path]
-		if len(names) == 0 {
+		convert := len(names) == 0 && path == conversionPath && len(s.hooks.conversion) > 0
+		if len(names) == 0 && !convert {
 			hook.ServeHTTP(rw, r)
 			return
 		}
@@ -405,7 +434,11 @@ func (s *Suite) admissionHandler(manager, path string, hook http.Handler) http.H
 		r.Body = io.NopCloser(bytes.NewReader(body))
 		out := &teeWriter{ResponseWriter: rw}
 		hook.ServeHTTP(out, r)
-		s.recordAdmission(manager, path, names, body, out.body.Bytes())
+		if convert {
+			s.recordConversion(manager, path, body, out.body.Bytes())
+		} else {
+			s.recordAdmission(manager, path, names, body, out.body.Bytes())
+		}
 	})
 }
 
@@ -463,6 +496,39 @@ func (s *Suite) recordAdmission(manager, path string, names []string, req, resp 
 	s.rec.addWrite(w)
 }
 
+// recordConversion records each object of one ConversionReview as a Write of VerbConvert by manager, its
+// Controller the name of the object's CRD ("conversion" for a kind of no configured CRD): the object's kind,
+// key and uid, the apiVersion it was sent in and the one asked for, and the review's failure as the write's
+// Err. A request or answer that is not a ConversionReview is not recorded.
+func (s *Suite) recordConversion(manager, path string, req, resp []byte) {
+	var in, out apiextensionsv1.ConversionReview
+	if json.Unmarshal(req, &in) != nil || in.Request == nil || json.Unmarshal(resp, &out) != nil || out.Response == nil {
+		return
+	}
+	var failed error
+	if res := out.Response.Result; res.Status != metav1.StatusSuccess {
+		msg := res.Message
+		if msg == "" {
+			msg = "no message"
+		}
+		failed = fmt.Errorf("conversion webhook failed the conversion to %s: %s", in.Request.DesiredAPIVersion, msg)
+	}
+	now := time.Now()
+	for _, raw := range in.Request.Objects {
+		var obj metav1.PartialObjectMetadata
+		if json.Unmarshal(raw.Raw, &obj) != nil {
+			continue
+		}
+		name := s.hooks.crds[obj.GroupVersionKind().GroupKind()]
+		if name == "" {
+			name = "conversion"
+		}
+		s.rec.addWrite(Write{Time: now, Manager: manager, Controller: name, Verb: VerbConvert, Kind: obj.Kind,
+			Namespace: obj.Namespace, Name: obj.Name, UID: obj.UID, Err: failed,
+			Conversion: &Conversion{Path: path, From: obj.APIVersion, To: in.Request.DesiredAPIVersion}})
+	}
+}
+
 // webhookCall matches the API server's error for an admission webhook it could not call, conversionCall
 // that for a CRD's conversion webhook.
 var (
@@ -496,7 +562,7 @@ func (s *Suite) webhookHint(err error) error {
 			}
 		}
 	} else if m := conversionCall.FindStringSubmatch(err.Error()); m != nil {
-		name, path, cause = "the conversion webhook of "+m[2]+" ("+m[1]+")", "/convert", m[3]
+		name, path, cause = "the conversion webhook of "+m[2]+" ("+m[1]+")", conversionPath, m[3]
 	} else {
 		return err
 	}

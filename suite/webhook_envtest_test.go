@@ -201,13 +201,7 @@ func TestWebhooks(t *testing.T) {
 		g.Expect(admits[1].Admission.Patch).To(BeEmpty())
 		g.Expect(admits[1].Err).NotTo(HaveOccurred())
 
-		dir, _, err := s.dump(c.Namespace, t.Name(), c.Started)
-		g.Expect(err).NotTo(HaveOccurred())
-		defer os.RemoveAll(dir)
-		b, err := os.ReadFile(filepath.Join(dir, "writes.txt"))
-		g.Expect(err).NotTo(HaveOccurred())
-		t.Logf("writes.txt:\n%s", b)
-		g.Expect(string(b)).To(ContainSubstring("op/" + mutatingName + " admit CREATE ConfigMap/" + c.Namespace + "/mutated at /mutate--v1-configmap patch: add /metadata/labels/mutated-by"))
+		g.Expect(dumpedWrites(t, s, c)).To(ContainSubstring("op/" + mutatingName + " admit CREATE ConfigMap/" + c.Namespace + "/mutated at /mutate--v1-configmap patch: add /metadata/labels/mutated-by"))
 	})
 
 	t.Run("denial", func(t *testing.T) {
@@ -237,6 +231,17 @@ func TestWebhooks(t *testing.T) {
 		// Without the conversion webhook the API server would only relabel the object (strategy None) and
 		// prune spec.colour, which v2 does not know.
 		g.Expect(v2.Spec.Color).To(Equal("red"), "v2 was not read through the conversion webhook")
+		convs := c.Writes(WriteFilter{Verb: VerbConvert, Name: "g"})
+		g.Expect(convs).NotTo(BeEmpty(), "the conversion of Gadget g to v2 was not recorded")
+		conv := convs[len(convs)-1]
+		g.Expect(conv.writer()).To(Equal("op/gadgets.webhooktest.ensemble.dev"))
+		g.Expect([]any{conv.Kind, conv.Namespace, conv.UID, conv.ResourceVersion}).To(Equal([]any{"Gadget", c.Namespace, v1.UID, ""}))
+		g.Expect(conv.Conversion).To(Equal(&Conversion{Path: "/convert", From: "webhooktest.ensemble.dev/v1", To: "webhooktest.ensemble.dev/v2"}))
+		// A conversion is part of a read: the case's latest write, which quiescence waits on, is still the
+		// spec's create.
+		g.Expect(s.rec.lastWrite(c.Namespace)).To(BeTemporally("<", conv.Time), "the conversion moved the case's latest write")
+
+		g.Expect(dumpedWrites(t, s, c)).To(ContainSubstring("op/gadgets.webhooktest.ensemble.dev convert Gadget/" + c.Namespace + "/g webhooktest.ensemble.dev/v1 -> v2 at /convert"))
 		g.Expect(c.Delete(v1)).To(Succeed())
 	})
 
@@ -291,6 +296,22 @@ func TestWebhooks(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
+}
+
+// dumpedWrites dumps c as a failure would and returns the dump's writes.txt, logging it.
+func dumpedWrites(t *testing.T, s *Suite, c *Case) string {
+	t.Helper()
+	dir, _, err := s.dump(c.Namespace, t.Name(), c.Started)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	b, err := os.ReadFile(filepath.Join(dir, "writes.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("writes.txt:\n%s", b)
+	return string(b)
 }
 
 // requireOneLine creates a ConfigMap labelled webhooktest=selector in a new case and requires its error to

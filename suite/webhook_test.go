@@ -1,11 +1,21 @@
 package suite
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // TestUnservedWebhooks: Boot refuses a configured webhook, or a CRD's conversion, that the serving manager
@@ -65,5 +75,53 @@ func TestWebhookHintLeavesOtherErrors(t *testing.T) {
 	err := errors.New("configmaps \"x\" already exists")
 	if got := s.webhookHint(err); got != err {
 		t.Errorf("got %v, want the error unchanged", got)
+	}
+}
+
+// TestRecordConversion: a ConversionReview of a list is recorded as one VerbConvert write per object, in its
+// Case's namespace, and a failed review as writes whose Err is the failure; none moves the namespace's
+// latest write (quiescence) or counts among its writers.
+func TestRecordConversion(t *testing.T) {
+	s := &Suite{rec: newRecorder(newScheme(), newBroadcast(), newScopes()),
+		hooks: &webhooks{names: map[string][]string{}, conversion: []string{"gadgets.example.com"},
+			crds: map[schema.GroupKind]string{{Group: "example.com", Kind: "Gadget"}: "gadgets.example.com"}}}
+	answer := func(status, msg string) http.Handler {
+		return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+			review := &apiextensionsv1.ConversionReview{}
+			if err := json.NewDecoder(r.Body).Decode(review); err != nil {
+				t.Fatal(err)
+			}
+			review.Response = &apiextensionsv1.ConversionResponse{UID: review.Request.UID, Result: metav1.Status{Status: status, Message: msg}}
+			review.Request = nil
+			_ = json.NewEncoder(rw).Encode(review)
+		})
+	}
+	gadget := func(name string) string {
+		return `{"apiVersion":"example.com/v1","kind":"Gadget","metadata":{"namespace":"ns","name":"` + name + `","uid":"uid-` + name + `"}}`
+	}
+	review := func(objs ...string) *http.Request {
+		body := `{"apiVersion":"apiextensions.k8s.io/v1","kind":"ConversionReview","request":{"uid":"r","desiredAPIVersion":"example.com/v2","objects":[` + strings.Join(objs, ",") + `]}}`
+		return httptest.NewRequest(http.MethodPost, "/convert", strings.NewReader(body))
+	}
+	s.recordingHandler("op", "convert", answer(metav1.StatusSuccess, "")).ServeHTTP(httptest.NewRecorder(), review(gadget("a"), gadget("b")))
+	s.recordingHandler("op", "/convert", answer(metav1.StatusFailure, "colour unknown")).ServeHTTP(httptest.NewRecorder(), review(gadget("c")))
+
+	var got []string
+	for _, w := range s.rec.writes("ns", WriteFilter{Verb: VerbConvert, IncludeRejected: true}) {
+		got = append(got, fmt.Sprintf("%s %s %s", w.UID, strings.SplitN(w.line(), " ", 3)[2], w.Conversion.To))
+	}
+	want := []string{
+		"uid-a op/gadgets.example.com convert Gadget/ns/a example.com/v1 -> v2 at /convert example.com/v2",
+		"uid-b op/gadgets.example.com convert Gadget/ns/b example.com/v1 -> v2 at /convert example.com/v2",
+		"uid-c op/gadgets.example.com convert Gadget/ns/c example.com/v1 -> v2 at /convert FAILED: conversion webhook failed the conversion to example.com/v2: colour unknown example.com/v2",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("recorded conversions (-want +got):\n%s", diff)
+	}
+	if last := s.rec.lastWrite("ns"); !last.IsZero() {
+		t.Errorf("the conversions moved the namespace's latest write to %s: quiescence would wait on reads", last)
+	}
+	if w := s.rec.writers("ns", time.Time{}); len(w) > 0 {
+		t.Errorf("the conversions count among the namespace's writers: %v", w)
 	}
 }
