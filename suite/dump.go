@@ -80,7 +80,7 @@ func (s *Suite) dump(ns, spec string, since time.Time) (string, string, error) {
 		}
 	}
 	changes := s.stream.changes(ns, ChangeFilter{Since: since})
-	writes := s.rec.writes(ns, WriteFilter{Since: since, IncludeRejected: true})
+	writes := s.rec.writes(ns, WriteFilter{Since: since, IncludeRejected: true, conversions: true})
 	passes := s.rec.allPasses(ns, since)
 	files := map[string]string{
 		"objects.yaml": objs.String(),

@@ -303,7 +303,8 @@ func (r *recorder) endPass(p *Pass, gated bool, err error, after, asked time.Dur
 // WriteFilter selects a Case's writes; a zero field matches anything, except that writes the API server
 // (or a perturbation point, or a stopped manager's fence) refused are left out unless IncludeRejected is set:
 // a refused write changed nothing, and an assertion that a writer wrote must not be met by its failed
-// attempt.
+// attempt. Conversions (VerbConvert) are part of reads, not writes: they are left out unless Verb is
+// VerbConvert.
 type WriteFilter struct {
 	Name, Kind, Manager, Controller, Subresource string
 	Verb                                         Verb
@@ -312,6 +313,8 @@ type WriteFilter struct {
 	// IncludeRejected keeps refused writes too (Write.Err set): for an assertion that nobody even tried to
 	// write, or one about the refusals themselves.
 	IncludeRejected bool
+	// conversions keeps conversions whatever Verb is: for the dump and the timeline, which show everything.
+	conversions bool
 }
 
 func (f WriteFilter) match(ns string, w Write) bool {
@@ -344,7 +347,7 @@ func (f WriteFilter) fits(w Write) bool {
 		(f.Kind == "" || f.Kind == w.Kind) && (f.Manager == "" || f.Manager == w.Manager) &&
 		(f.Controller == "" || f.Controller == w.Controller) && (f.Verb == "" || f.Verb == w.Verb) &&
 		(f.Subresource == "" || f.Subresource == w.Subresource) && !w.Time.Before(f.Since) &&
-		(f.IncludeRejected || w.Err == nil)
+		(f.IncludeRejected || w.Err == nil) && (w.Verb != VerbConvert || f.Verb == VerbConvert || f.conversions)
 }
 
 // writes returns the recorded writes in namespace ns that match f, oldest first (by Time: a write read from

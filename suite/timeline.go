@@ -140,7 +140,7 @@ func (s *Suite) buildTimeline(ns, spec string, since time.Time, marks []mark) *t
 		later(changes[i].Time)
 	}
 	madeBy := map[string]bool{}
-	for _, w := range s.rec.writes(ns, WriteFilter{Since: since, IncludeRejected: true}) {
+	for _, w := range s.rec.writes(ns, WriteFilter{Since: since, IncludeRejected: true, conversions: true}) {
 		lw := laneWrite{Write: w}
 		if rv := w.Kind + "/" + w.ResourceVersion; w.ResourceVersion != "" {
 			lw.noop = madeBy[rv]

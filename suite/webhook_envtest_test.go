@@ -240,6 +240,9 @@ func TestWebhooks(t *testing.T) {
 		// A conversion is part of a read: the case's latest write, which quiescence waits on, is still the
 		// spec's create.
 		g.Expect(s.rec.lastWrite(c.Namespace)).To(BeTemporally("<", conv.Time), "the conversion moved the case's latest write")
+		for _, w := range c.Writes(WriteFilter{Name: "g"}) {
+			g.Expect(w.Verb).NotTo(Equal(VerbConvert), "a filter that names no verb returned a conversion, which is part of a read")
+		}
 
 		g.Expect(dumpedWrites(t, s, c)).To(ContainSubstring("op/gadgets.webhooktest.ensemble.dev convert Gadget/" + c.Namespace + "/g webhooktest.ensemble.dev/v1 -> v2 at /convert"))
 		g.Expect(c.Delete(v1)).To(Succeed())
