@@ -24,8 +24,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -103,6 +106,9 @@ type webhooks struct {
 	names      map[string][]string
 	conversion []string
 	crds       map[schema.GroupKind]string
+	// registered are the installed CRDs that serve two or more versions without a conversion webhook:
+	// installConversions points those whose kind the serving manager's converter registry converts at /convert.
+	registered []*apiextensionsv1.CustomResourceDefinition
 	// probed counts the calls of the probe webhooks: mutating, validating.
 	probed [2]atomic.Int64
 
@@ -132,14 +138,21 @@ func readWebhooks(opts WebhookOptions) (*webhooks, error) {
 }
 
 // pointAt points every webhook at the loopback address and certificates envtest prepared in env, which
-// also pointed the conversion webhook of each CRD whose kind is convertible in the scheme at its /convert.
-// Error: a webhook that names no path.
+// also pointed the conversion webhook of each CRD whose kind is convertible in the scheme at its /convert;
+// it keeps the other CRDs serving several versions for installConversions. Error: a webhook that names no
+// path.
 func (h *webhooks) pointAt(env *envtest.Environment) error {
 	wio := env.WebhookInstallOptions
 	h.host, h.port, h.certDir, h.ca = wio.LocalServingHost, wio.LocalServingPort, wio.LocalServingCertDir, wio.LocalServingCAData
 	for _, crd := range env.CRDs {
 		if c := crd.Spec.Conversion; c != nil && c.Strategy == apiextensionsv1.WebhookConverter {
 			h.conversion = append(h.conversion, crd.Name)
+			h.crds[schema.GroupKind{Group: crd.Spec.Group, Kind: crd.Spec.Names.Kind}] = crd.Name
+		} else if served := slices.DeleteFunc(slices.Clone(crd.Spec.Versions), func(v apiextensionsv1.CustomResourceDefinitionVersion) bool {
+			return !v.Served
+		}); len(served) > 1 {
+			h.registered = append(h.registered, crd.DeepCopy())
+			// Named here, before any manager serves, so the map is only read once conversions are answered.
 			h.crds[schema.GroupKind{Group: crd.Spec.Group, Kind: crd.Spec.Names.Kind}] = crd.Name
 		}
 	}
@@ -331,6 +344,7 @@ func (h *webhooks) unserved() []string {
 // or conversion no manager registered a handler for, the API server's refusal, a wait that timed out.
 func (s *Suite) installWebhooks(ctx context.Context) error {
 	h := s.hooks
+	convert := s.registeredConversions()
 	if missing := h.unserved(); len(missing) > 0 {
 		who := "no manager registered a webhook handler, so nothing answers"
 		if h.serving != "" {
@@ -338,6 +352,9 @@ func (s *Suite) installWebhooks(ctx context.Context) error {
 		}
 		return fmt.Errorf("suite: %s %s: register the operator's webhooks in its ManagerOptions.Register as its main does (ctrl.NewWebhookManagedBy, mgr.GetWebhookServer().Register), or leave the configuration out of Options.Webhooks",
 			who, strings.Join(missing, "; "))
+	}
+	if err := s.installConversions(ctx, convert); err != nil {
+		return err
 	}
 	if len(h.mutating)+len(h.validating) == 0 {
 		return nil
@@ -353,6 +370,133 @@ func (s *Suite) installWebhooks(ctx context.Context) error {
 		}
 	}
 	return s.awaitWebhooks(ctx)
+}
+
+// registeredConversions returns the CRDs pointAt kept whose GroupKind the serving manager's converter
+// registry (mgr.GetConverterRegistry(), which ctrl.NewWebhookManagedBy(...).WithConverter fills) converts,
+// and names each in h.conversion, so that unserved checks that the manager answers /convert.
+func (s *Suite) registeredConversions() []*apiextensionsv1.CustomResourceDefinition {
+	h := s.hooks
+	h.mu.Lock()
+	serving := h.serving
+	h.mu.Unlock()
+	s.mu.Lock()
+	m := s.managers[serving]
+	s.mu.Unlock()
+	if m == nil {
+		return nil
+	}
+	var out []*apiextensionsv1.CustomResourceDefinition
+	for _, crd := range h.registered {
+		if _, ok := m.mgr.GetConverterRegistry().GetConverter(schema.GroupKind{Group: crd.Spec.Group, Kind: crd.Spec.Names.Kind}); ok {
+			out = append(out, crd)
+			h.conversion = append(h.conversion, crd.Name)
+		}
+	}
+	return out
+}
+
+// installConversions points the conversion of each of crds at the serving manager's /convert, as envtest
+// does for a kind convertible in the scheme, and waits (Options.StartTimeout) until the API server converts
+// through it.
+//
+// The API server applies a CRD's new conversion once its handler of the CRD watch drops the CRD's serving
+// storage, with nothing in the CRD's status to tell, and it converts only objects it reads, which the
+// operator's kinds have none of yet. So the harness creates a CRD of its own, ensemble.dev's
+// ConversionProbe (two versions, conversion None) and one object of it, points the operator's CRDs and then
+// the probe's at a webhook, and reads the object at its other version until the API server fails to call
+// the probe's webhook (it is at a path nothing serves): the API server's handler takes the CRD updates in
+// order, so the operator's CRDs convert through /convert from then on. The probe CRD is deleted; the
+// operator's webhooks and converters are not called. Errors: the API server's refusal, a wait that timed
+// out.
+func (s *Suite) installConversions(ctx context.Context, crds []*apiextensionsv1.CustomResourceDefinition) error {
+	h := s.hooks
+	if len(crds) == 0 {
+		return nil
+	}
+	// The operator's scheme need not know CRDs.
+	scheme := runtime.NewScheme()
+	if err := apiextensionsv1.AddToScheme(scheme); err != nil {
+		return err
+	}
+	c, err := client.New(s.Config, client.Options{Scheme: scheme})
+	if err != nil {
+		return fmt.Errorf("suite: client: %w", err)
+	}
+	fail := func(err error) error {
+		return fmt.Errorf("suite: pointing the conversion of CRD %s at /convert: %w", crds[0].Name, err)
+	}
+	base := "https://" + net.JoinHostPort(h.host, strconv.Itoa(h.port))
+	probe, err := s.createConversionProbe(ctx, c)
+	if err != nil {
+		return fail(err)
+	}
+	defer func() { _ = c.Delete(context.WithoutCancel(ctx), probe) }()
+	for _, want := range append(slices.Clone(crds), probe) {
+		url := base + "/convert"
+		if want == probe {
+			url = base + webhookProbePath + "/conversion-unserved"
+		}
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			crd := &apiextensionsv1.CustomResourceDefinition{}
+			if err := c.Get(ctx, client.ObjectKey{Name: want.Name}, crd); err != nil {
+				return err
+			}
+			crd.Spec.Conversion = &apiextensionsv1.CustomResourceConversion{Strategy: apiextensionsv1.WebhookConverter,
+				Webhook: &apiextensionsv1.WebhookConversion{ConversionReviewVersions: []string{"v1", "v1beta1"},
+					ClientConfig: &apiextensionsv1.WebhookClientConfig{URL: ptr.To(url), CABundle: h.ca}}}
+			return c.Update(ctx, crd)
+		})
+		if err != nil {
+			return fmt.Errorf("suite: pointing the conversion of CRD %s at its webhook: %w", want.Name, err)
+		}
+	}
+	obj := &unstructured.Unstructured{}
+	obj.SetAPIVersion(conversionProbeGroup + "/v2")
+	obj.SetKind("ConversionProbe")
+	var last error
+	err = wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, s.startTimeout, true, func(ctx context.Context) (bool, error) {
+		last = c.Get(ctx, client.ObjectKey{Name: "probe"}, obj)
+		return last != nil && conversionCall.MatchString(last.Error()), nil
+	})
+	if err != nil {
+		return fmt.Errorf("suite: the API server did not apply the conversion webhook of CRD %s within %s (Options.StartTimeout); the last probe answered: %v",
+			crds[0].Name, s.startTimeout, last)
+	}
+	return nil
+}
+
+// conversionProbeGroup is the API group of installConversions' probe CRD.
+const conversionProbeGroup = "ensemble.dev"
+
+// createConversionProbe creates the probe CRD of installConversions, waits until it is established and
+// creates its object, at v1, so that the API server serves it with conversion None until told otherwise.
+func (s *Suite) createConversionProbe(ctx context.Context, c client.Client) (*apiextensionsv1.CustomResourceDefinition, error) {
+	anything := &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{Type: "object",
+		XPreserveUnknownFields: ptr.To(true)}}
+	crd := &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: "conversionprobes." + conversionProbeGroup},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{Group: conversionProbeGroup, Scope: apiextensionsv1.ClusterScoped,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{Kind: "ConversionProbe", ListKind: "ConversionProbeList",
+				Plural: "conversionprobes", Singular: "conversionprobe"},
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{Name: "v1", Served: true, Storage: true, Schema: anything},
+				{Name: "v2", Served: true, Schema: anything}}}}
+	if err := c.Create(ctx, crd); err != nil {
+		return nil, fmt.Errorf("creating the conversion probe CRD: %w", err)
+	}
+	obj := &unstructured.Unstructured{}
+	obj.SetAPIVersion(conversionProbeGroup + "/v1")
+	obj.SetKind("ConversionProbe")
+	obj.SetName("probe")
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, 20*time.Millisecond, s.startTimeout, true, func(ctx context.Context) (bool, error) {
+		last = c.Create(ctx, obj.DeepCopy())
+		return last == nil, nil
+	})
+	if err != nil {
+		_ = c.Delete(context.WithoutCancel(ctx), crd)
+		return nil, fmt.Errorf("creating the conversion probe object within %s (Options.StartTimeout): %v", s.startTimeout, last)
+	}
+	return crd, nil
 }
 
 // awaitWebhooks returns once the API server applies the configurations just installed. It installs a

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/conversion"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+	webhookconversion "sigs.k8s.io/controller-runtime/pkg/webhook/conversion"
 
 	"github.com/ensembletest/ensemble/internal/controlplane"
 	"github.com/ensembletest/ensemble/suite/perturb"
@@ -74,13 +75,46 @@ func (g *gadgetV2) ConvertFrom(h conversion.Hub) error {
 	return nil
 }
 
-// webhookScheme is newScheme's with both Gadget versions.
+// widgetV1 and widgetV2 are the two served versions of testdata/webhooks/widget-crd.yaml, which has no
+// conversion webhook: shaped as the Gadget's, they are not convertible in the scheme (a defined type has no
+// Hub, ConvertTo or ConvertFrom method), and widgetConverter converts them through the manager's converter
+// registry, as cluster-api does.
+type (
+	widgetV1 gadgetV1
+	widgetV2 gadgetV2
+)
+
+func (w *widgetV1) DeepCopyObject() runtime.Object {
+	c := widgetV1(*(*gadgetV1)(w).DeepCopyObject().(*gadgetV1))
+	return &c
+}
+
+func (w *widgetV2) DeepCopyObject() runtime.Object {
+	c := widgetV2(*(*gadgetV2)(w).DeepCopyObject().(*gadgetV2))
+	return &c
+}
+
+// widgetConverter converts Widgets between v1, the hub, and v2 (ctrl.NewWebhookManagedBy(...).WithConverter).
+var widgetConverter = webhookconversion.NewHubSpokeConverter(&widgetV1{}, webhookconversion.NewSpokeConverter(&widgetV2{},
+	func(_ context.Context, hub *widgetV1, spoke *widgetV2) error {
+		spoke.ObjectMeta, spoke.Spec.Color = hub.ObjectMeta, hub.Spec.Colour
+		return nil
+	},
+	func(_ context.Context, spoke *widgetV2, hub *widgetV1) error {
+		hub.ObjectMeta, hub.Spec.Colour = spoke.ObjectMeta, spoke.Spec.Color
+		return nil
+	}))
+
+// webhookScheme is newScheme's with both Gadget and both Widget versions.
 func webhookScheme() *runtime.Scheme {
 	s := newScheme()
 	group := "webhooktest.ensemble.dev"
-	for v, obj := range map[string]runtime.Object{"v1": &gadgetV1{}, "v2": &gadgetV2{}} {
+	for v, objs := range map[string]map[string]runtime.Object{"v1": {"Gadget": &gadgetV1{}, "Widget": &widgetV1{}},
+		"v2": {"Gadget": &gadgetV2{}, "Widget": &widgetV2{}}} {
 		gv := schema.GroupVersion{Group: group, Version: v}
-		s.AddKnownTypeWithName(gv.WithKind("Gadget"), obj)
+		for kind, obj := range objs {
+			s.AddKnownTypeWithName(gv.WithKind(kind), obj)
+		}
 		metav1.AddToGroupVersion(s, gv)
 	}
 	return s
@@ -141,7 +175,7 @@ func TestWebhooks(t *testing.T) {
 	}
 	g := NewWithT(t)
 	s, err := Boot(t.Context(), Options{Scheme: webhookScheme(), WatchKinds: []client.Object{&corev1.ConfigMap{}},
-		CRDDirectoryPaths: []string{"testdata/webhooks/gadget-crd.yaml"}, KubeControllers: []string{}, Pins: catalog{},
+		CRDDirectoryPaths: []string{"testdata/webhooks/gadget-crd.yaml", "testdata/webhooks/widget-crd.yaml"}, KubeControllers: []string{}, Pins: catalog{},
 		Webhooks: WebhookOptions{Paths: []string{"testdata/webhooks/manifests.yaml"},
 			Validating: []*admissionregistrationv1.ValidatingWebhookConfiguration{{ObjectMeta: metav1.ObjectMeta{Name: "validating-webhook-configuration"},
 				Webhooks: []admissionregistrationv1.ValidatingWebhook{
@@ -155,6 +189,9 @@ func TestWebhooks(t *testing.T) {
 				return err
 			}
 			if err := ctrl.NewWebhookManagedBy(mgr, &gadgetV1{}).Complete(); err != nil {
+				return err
+			}
+			if err := ctrl.NewWebhookManagedBy(mgr, &widgetV1{}).WithConverter(widgetConverter).Complete(); err != nil {
 				return err
 			}
 			// A handler that never answers: the API server gives up after the webhook's timeoutSeconds.
@@ -220,17 +257,10 @@ func TestWebhooks(t *testing.T) {
 	})
 
 	t.Run("conversion", func(t *testing.T) {
-		g := NewWithT(t)
-		c := s.NewCase(t)
-		c.OptOut(Convergence, "no controller reconciles what this spec writes")
-		v1 := &gadgetV1{ObjectMeta: metav1.ObjectMeta{Name: "g"}}
+		v1, v2 := &gadgetV1{ObjectMeta: metav1.ObjectMeta{Name: "g"}}, &gadgetV2{}
 		v1.Spec.Colour = "red"
-		g.Expect(c.Create(v1)).To(Succeed())
-		v2 := &gadgetV2{}
-		g.Expect(c.Get("g", v2)).To(Succeed())
-		// Without the conversion webhook the API server would only relabel the object (strategy None) and
-		// prune spec.colour, which v2 does not know.
-		g.Expect(v2.Spec.Color).To(Equal("red"), "v2 was not read through the conversion webhook")
+		c := requireConverted(t, s, v1, v1.Spec.Colour, v2, func() string { return v2.Spec.Color }, "v2 was not read through the conversion webhook")
+		g := NewWithT(t)
 		convs := c.Writes(WriteFilter{Verb: VerbConvert, Name: "g"})
 		g.Expect(convs).NotTo(BeEmpty(), "the conversion of Gadget g to v2 was not recorded")
 		conv := convs[len(convs)-1]
@@ -245,6 +275,19 @@ func TestWebhooks(t *testing.T) {
 		}
 
 		g.Expect(dumpedWrites(t, s, c)).To(ContainSubstring("op/gadgets.webhooktest.ensemble.dev convert Gadget/" + c.Namespace + "/g webhooktest.ensemble.dev/v1 -> v2 at /convert"))
+		g.Expect(c.Delete(v1)).To(Succeed())
+	})
+
+	t.Run("registry conversion", func(t *testing.T) {
+		// envtest leaves the Widget CRD's conversion None (its kinds are not convertible in the scheme):
+		// Boot points it at /convert because the serving manager's converter registry converts Widgets.
+		v1, v2 := &widgetV1{ObjectMeta: metav1.ObjectMeta{Name: "w"}}, &widgetV2{}
+		v1.Spec.Colour = "blue"
+		c := requireConverted(t, s, v1, v1.Spec.Colour, v2, func() string { return v2.Spec.Color }, "v2 was not read through the converter registered with the manager")
+		g := NewWithT(t)
+		convs := c.Writes(WriteFilter{Verb: VerbConvert, Name: "w"})
+		g.Expect(convs).NotTo(BeEmpty(), "the registry's conversion of Widget w was not recorded")
+		g.Expect(convs[len(convs)-1].Controller).NotTo(Equal("conversion"), "the conversion does not name the Widget CRD")
 		g.Expect(c.Delete(v1)).To(Succeed())
 	})
 
@@ -315,6 +358,20 @@ func dumpedWrites(t *testing.T, s *Suite, c *Case) string {
 	}
 	t.Logf("writes.txt:\n%s", b)
 	return string(b)
+}
+
+// requireConverted creates v1, whose spec.colour is colour, in a new case, reads it as v2 and requires v2's
+// spec.color (color) to be colour too: without a conversion webhook the API server would only relabel the
+// object (strategy None) and prune spec.colour, which v2 does not know. It returns the case; the caller
+// deletes v1.
+func requireConverted(t *testing.T, s *Suite, v1 client.Object, colour string, v2 client.Object, color func() string, why string) *Case {
+	g := NewWithT(t)
+	c := s.NewCase(t)
+	c.OptOut(Convergence, "no controller reconciles what this spec writes")
+	g.Expect(c.Create(v1)).To(Succeed())
+	g.Expect(c.Get(v1.GetName(), v2)).To(Succeed())
+	g.Expect(color()).To(Equal(colour), why)
+	return c
 }
 
 // requireOneLine creates a ConfigMap labelled webhooktest=selector in a new case and requires its error to

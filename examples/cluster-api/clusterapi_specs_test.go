@@ -16,6 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	clusterv1beta1 "sigs.k8s.io/cluster-api/api/core/v1beta1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/cluster-api/util/kubeconfig"
@@ -219,6 +220,14 @@ var _ = Describe("cluster-api", func() {
 		Expect(c.Get("demo", fc)).To(Succeed())
 		Expect(cl.Spec.ControlPlaneEndpoint).To(Equal(fc.Spec.ControlPlaneEndpoint), "the Cluster's endpoint is its FakeCluster's")
 		Expect(fc.OwnerReferences).To(ContainElement(HaveField("Kind", "Cluster")), "the Cluster controller owns the FakeCluster")
+		// A client still on the v1beta1 API reads the Cluster through cluster-api's conversion webhook:
+		// spec.infrastructureRef back to an ObjectReference with an apiVersion, and
+		// status.initialization.infrastructureProvisioned to status.infrastructureReady.
+		old := &clusterv1beta1.Cluster{}
+		Expect(c.Get("demo", old)).To(Succeed())
+		Expect(old.Spec.InfrastructureRef).To(HaveValue(And(HaveField("APIVersion", clusterapi.InfraGroupVersion.String()),
+			HaveField("Kind", "FakeCluster"), HaveField("Name", "demo"))), "the v1beta1 Cluster's spec.infrastructureRef")
+		Expect(old.Status.InfrastructureReady).To(BeTrue(), "the v1beta1 Cluster's status.infrastructureReady")
 		m := &clusterv1.Machine{}
 		Expect(c.Get("cp-0", m)).To(Succeed())
 		node := &corev1.Node{}
