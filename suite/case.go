@@ -48,7 +48,11 @@ type Case struct {
 	// Started is when the case was created.
 	Started time.Time
 
-	t          TB
+	t TB
+	// ctx is t.Context(), taken once: under Ginkgo each call of GinkgoT().Context() makes a new context and
+	// registers a DeferCleanup, which piled one up per Get of a poll and failed a Ctrl-C'd spec with
+	// "DeferCleanup cannot be called in a DeferCleanup callback".
+	ctx        context.Context
 	s          *Suite
 	mu         sync.Mutex
 	invariants []*invariant
@@ -99,11 +103,11 @@ func (s *Suite) NewCase(t TB, opts ...CaseOption) *Case {
 	if err != nil {
 		t.Fatalf("suite: a client for case %s: %v", ns, err)
 	}
-	c := &Case{Namespace: ns, t: t, s: s, Started: time.Now(), Client: client.WithFieldOwner(cl, CaseFieldManager), admitted: true}
+	c := &Case{Namespace: ns, t: t, ctx: t.Context(), s: s, Started: time.Now(), Client: client.WithFieldOwner(cl, CaseFieldManager), admitted: true}
 	for _, o := range opts {
 		o(c)
 	}
-	if err := s.Client.Create(t.Context(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+	if err := s.Client.Create(c.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 		t.Fatalf("suite: creating namespace %s: %v", ns, err)
 	}
 	if c.admitted {
@@ -125,7 +129,7 @@ func (c *Case) Create(obj client.Object) error {
 	if obj.GetNamespace() == "" && c.namespaced(obj) {
 		obj.SetNamespace(c.Namespace)
 	}
-	return c.hint(c.Client.Create(c.t.Context(), obj))
+	return c.hint(c.Client.Create(c.ctx, obj))
 }
 
 // Get reads the named object of the case's namespace (or, for a cluster-scoped kind, the object of that
@@ -135,7 +139,7 @@ func (c *Case) Get(name string, obj client.Object) error {
 	if !c.namespaced(obj) {
 		key.Namespace = ""
 	}
-	return c.hint(c.Client.Get(c.t.Context(), key, obj))
+	return c.hint(c.Client.Get(c.ctx, key, obj))
 }
 
 // List lists objects of the case's namespace into list; for a cluster-scoped kind, the objects the case
@@ -143,7 +147,7 @@ func (c *Case) Get(name string, obj client.Object) error {
 // Errors: the API server's.
 func (c *Case) List(list client.ObjectList, opts ...client.ListOption) error {
 	if ok, err := c.s.Client.IsObjectNamespaced(list); err == nil && !ok {
-		if err := c.Client.List(c.t.Context(), list, opts...); err != nil {
+		if err := c.Client.List(c.ctx, list, opts...); err != nil {
 			return c.hint(err)
 		}
 		gvk, _ := apiutil.GVKForObject(list, c.s.scheme)
@@ -153,7 +157,7 @@ func (c *Case) List(list client.ObjectList, opts ...client.ListOption) error {
 			return err != nil || c.s.rec.scopes.of(kind, "", a.GetName()) != c.Namespace
 		}))
 	}
-	return c.hint(c.Client.List(c.t.Context(), list, append([]client.ListOption{client.InNamespace(c.Namespace)}, opts...)...))
+	return c.hint(c.Client.List(c.ctx, list, append([]client.ListOption{client.InNamespace(c.Namespace)}, opts...)...))
 }
 
 // mustExtractList returns the items of a list the API server filled (never an error for one).
@@ -171,7 +175,7 @@ func (c *Case) Update(name string, obj client.Object, mutate func()) error {
 			return err
 		}
 		mutate()
-		if err = c.Client.Update(c.t.Context(), obj); !apierrors.IsConflict(err) {
+		if err = c.Client.Update(c.ctx, obj); !apierrors.IsConflict(err) {
 			return c.hint(err)
 		}
 	}
@@ -183,7 +187,7 @@ func (c *Case) Delete(obj client.Object, opts ...client.DeleteOption) error {
 	if obj.GetNamespace() == "" && c.namespaced(obj) {
 		obj.SetNamespace(c.Namespace)
 	}
-	return c.hint(client.IgnoreNotFound(c.Client.Delete(c.t.Context(), obj, opts...)))
+	return c.hint(client.IgnoreNotFound(c.Client.Delete(c.ctx, obj, opts...)))
 }
 
 // RequireQuiescent fails the test unless the case's namespace goes quiet for window within timeout, and
@@ -215,7 +219,7 @@ func (c *Case) Quiescent(window, timeout time.Duration, opts ...QuietOption) (ti
 	if !c.optedOut(HotLoop) {
 		opts = append(opts, func(q *quietConfig) { q.hotLoops = true })
 	}
-	return c.s.waitQuiescent(c.t.Context(), c.Namespace, c.Started, window, timeout, opts...)
+	return c.s.waitQuiescent(c.ctx, c.Namespace, c.Started, window, timeout, opts...)
 }
 
 // Writes returns the recorded writes in the case's namespace that match f, oldest first.

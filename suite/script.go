@@ -117,7 +117,7 @@ func (c *Case) Script(name string) *Script {
 	c.t.Helper()
 	sc := &Script{c: c, name: name, cursor: c.s.stream.lastSeq()}
 	// The cursor is taken first: whatever the stream saw before it was made before the list below.
-	from, err := c.s.revision(c.t.Context())
+	from, err := c.s.revision(c.ctx)
 	if err != nil {
 		c.fatalf("suite: Script(%q): reading the API server's current resourceVersion, where the script begins: %v", name, err)
 	}
@@ -204,9 +204,9 @@ func (sc *Script) Step(name string, do func() error, permits ...Permit) error {
 		select {
 		case <-wake:
 		case <-timer.C:
-		case <-sc.c.t.Context().Done():
+		case <-sc.c.ctx.Done():
 			timer.Stop()
-			sc.abort("suite: %s: the test ended while the step waited: %v", where, sc.c.t.Context().Err())
+			sc.abort("suite: %s: the test ended while the step waited: %v", where, sc.c.ctx.Err())
 			return nil
 		}
 		timer.Stop()
@@ -245,10 +245,10 @@ func (sc *Script) Finish(within time.Duration) error {
 		select {
 		case <-wake:
 		case <-timer.C:
-		case <-sc.c.t.Context().Done():
+		case <-sc.c.ctx.Done():
 		}
 		timer.Stop()
-		if sc.c.t.Context().Err() != nil {
+		if sc.c.ctx.Err() != nil {
 			return nil
 		}
 	}

@@ -259,11 +259,8 @@ func TestWebhooks(t *testing.T) {
 	t.Run("conversion", func(t *testing.T) {
 		v1, v2 := &gadgetV1{ObjectMeta: metav1.ObjectMeta{Name: "g"}}, &gadgetV2{}
 		v1.Spec.Colour = "red"
-		c := requireConverted(t, s, v1, v1.Spec.Colour, v2, func() string { return v2.Spec.Color }, "v2 was not read through the conversion webhook")
+		c, conv := requireConverted(t, s, v1, v1.Spec.Colour, v2, func() string { return v2.Spec.Color }, "v2 was not read through the conversion webhook")
 		g := NewWithT(t)
-		convs := c.Writes(WriteFilter{Verb: VerbConvert, Name: "g"})
-		g.Expect(convs).NotTo(BeEmpty(), "the conversion of Gadget g to v2 was not recorded")
-		conv := convs[len(convs)-1]
 		g.Expect(conv.writer()).To(Equal("op/gadgets.webhooktest.ensemble.dev"))
 		g.Expect([]any{conv.Kind, conv.Namespace, conv.UID, conv.ResourceVersion}).To(Equal([]any{"Gadget", c.Namespace, v1.UID, ""}))
 		g.Expect(conv.Conversion).To(Equal(&Conversion{Path: "/convert", From: "webhooktest.ensemble.dev/v1", To: "webhooktest.ensemble.dev/v2"}))
@@ -283,12 +280,25 @@ func TestWebhooks(t *testing.T) {
 		// Boot points it at /convert because the serving manager's converter registry converts Widgets.
 		v1, v2 := &widgetV1{ObjectMeta: metav1.ObjectMeta{Name: "w"}}, &widgetV2{}
 		v1.Spec.Colour = "blue"
-		c := requireConverted(t, s, v1, v1.Spec.Colour, v2, func() string { return v2.Spec.Color }, "v2 was not read through the converter registered with the manager")
-		g := NewWithT(t)
-		convs := c.Writes(WriteFilter{Verb: VerbConvert, Name: "w"})
-		g.Expect(convs).NotTo(BeEmpty(), "the registry's conversion of Widget w was not recorded")
-		g.Expect(convs[len(convs)-1].Controller).NotTo(Equal("conversion"), "the conversion does not name the Widget CRD")
-		g.Expect(c.Delete(v1)).To(Succeed())
+		c, conv := requireConverted(t, s, v1, v1.Spec.Colour, v2, func() string { return v2.Spec.Color }, "v2 was not read through the converter registered with the manager")
+		NewWithT(t).Expect(conv.Controller).To(Equal("widgets.webhooktest.ensemble.dev"), "the conversion does not name the Widget CRD")
+		NewWithT(t).Expect(c.Delete(v1)).To(Succeed())
+	})
+
+	t.Run("one context a case", func(t *testing.T) {
+		// GinkgoT().Context() makes a new context and registers a cleanup on every call: a case takes its
+		// test's context once, not once a request.
+		ct := &contextCountingT{T: t}
+		c := s.NewCase(ct)
+		c.OptOut(Convergence, "no controller reconciles what this spec writes")
+		for range 3 {
+			if err := c.Get("absent", &corev1.ConfigMap{}); err == nil {
+				t.Fatal("a ConfigMap nobody created was found")
+			}
+		}
+		if ct.calls != 1 {
+			t.Fatalf("the case asked its test for a context %d times, want once", ct.calls)
+		}
 	})
 
 	t.Run("no answer", func(t *testing.T) {
@@ -362,16 +372,18 @@ func dumpedWrites(t *testing.T, s *Suite, c *Case) string {
 
 // requireConverted creates v1, whose spec.colour is colour, in a new case, reads it as v2 and requires v2's
 // spec.color (color) to be colour too: without a conversion webhook the API server would only relabel the
-// object (strategy None) and prune spec.colour, which v2 does not know. It returns the case; the caller
-// deletes v1.
-func requireConverted(t *testing.T, s *Suite, v1 client.Object, colour string, v2 client.Object, color func() string, why string) *Case {
+// object (strategy None) and prune spec.colour, which v2 does not know. It requires the conversion to be
+// recorded and returns the case and the last conversion of v1; the caller deletes v1.
+func requireConverted(t *testing.T, s *Suite, v1 client.Object, colour string, v2 client.Object, color func() string, why string) (*Case, Write) {
 	g := NewWithT(t)
 	c := s.NewCase(t)
 	c.OptOut(Convergence, "no controller reconciles what this spec writes")
 	g.Expect(c.Create(v1)).To(Succeed())
 	g.Expect(c.Get(v1.GetName(), v2)).To(Succeed())
 	g.Expect(color()).To(Equal(colour), why)
-	return c
+	convs := c.Writes(WriteFilter{Verb: VerbConvert, Name: v1.GetName()})
+	g.Expect(convs).NotTo(BeEmpty(), "the conversion of %s to v2 was not recorded", v1.GetName())
+	return c, convs[len(convs)-1]
 }
 
 // requireOneLine creates a ConfigMap labelled webhooktest=selector in a new case and requires its error to
@@ -429,3 +441,11 @@ func procAddr(h string) net.IP {
 	}
 	return net.IP(b)
 }
+
+// contextCountingT counts the calls of Context, which GinkgoT answers with a new context and cleanup each time.
+type contextCountingT struct {
+	*testing.T
+	calls int
+}
+
+func (t *contextCountingT) Context() context.Context { t.calls++; return t.T.Context() }
