@@ -299,9 +299,11 @@ var _ = Describe("kueue", func() {
 		gone := time.Since(deleted)
 		c.RequireQuiescent(time.Second, 20*time.Second)
 
-		Expect(changedTo(c, "Workload", second, "status.conditions[type=QuotaReserved].message", "ClusterQueue "+cq+" is inactive")).To(
-			BeNumerically("<", firstChange(c, "ClusterQueue", cq, suite.Deleted, nil)), "the second Workload was refused by the terminating ClusterQueue")
+		refused := changedTo(c, "Workload", second, "status.conditions[type=QuotaReserved].message", "ClusterQueue "+cq+" is inactive")
+		Expect(refused).NotTo(BeZero(), "the second Workload was never refused as inactive")
+		Expect(refused).To(BeNumerically("<", firstChange(c, "ClusterQueue", cq, suite.Deleted, nil)), "the second Workload was refused by the terminating ClusterQueue")
 		firstFinished := changedTo(c, "Workload", first, "status.conditions[type=Finished].status", "True")
+		Expect(firstFinished).NotTo(BeZero(), "the first Workload never finished")
 		Expect(firstChange(c, "ClusterQueue", cq, suite.Deleted, nil)).To(BeNumerically(">", firstFinished), "the ClusterQueue went only after its admitted Workload finished")
 		Expect(changedTo(c, "Workload", second, "status.conditions[type=QuotaReserved].status", "True")).To(BeZero(), "a Workload was admitted to a deleted ClusterQueue")
 		j := &batchv1.Job{}
