@@ -71,7 +71,9 @@ test: envtest-assets browser $(GINKGO) ## Unit tests, the scenario suite and the
 EXAMPLES ?= kuberay kueue cluster-api
 .PHONY: example
 example: envtest-assets ## The examples, verbose: KubeRay v1.5.0, Kueue v0.17.0 and cluster-api v1.14.2, unmodified under ensemble (EXAMPLES=kueue runs one).
-	@for e in $(EXAMPLES); do [ -f examples/$$e/go.mod ] || { echo "make example: no example $$e (there are: $$(cd examples && ls -d */ | tr -d / | tr '\n' ' '))" >&2; exit 2; }; done
+	@known="$$(cd examples && ls -d */ | tr -d / | tr '\n' ' ' | sed 's/ $$//')"; \
+	[ -n "$(strip $(EXAMPLES))" ] || { echo "make example: EXAMPLES is empty: name one or more of $$known" >&2; exit 2; }; \
+	for e in $(EXAMPLES); do case " $$known " in *" $$e "*) ;; *) echo "make example: no example $$e (there are: $$known)" >&2; exit 2;; esac; done
 	@for e in $(EXAMPLES); do \
 	  echo "== examples/$$e"; \
 	  (cd examples/$$e && KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -count=1 -timeout $(SUITE_TIMEOUT) -v ./... -args -ginkgo.v) || exit 1; \

@@ -302,6 +302,18 @@ var _ = Describe("cluster-api", func() {
 			shape = append(shape, fmt.Sprintf("%s (%s): %d", ms.Name, ms.Spec.Template.Spec.InfrastructureRef.Name, ptr.Deref(ms.Spec.Replicas, -1)))
 		}
 		sort.Strings(shape)
+		// The rolled-out MachineSet is the one cloned from the new template; an old one, if cluster-api keeps
+		// it, is scaled to 0.
+		var current int
+		for _, ms := range sets.Items {
+			if ms.Spec.Template.Spec.InfrastructureRef.Name == "large" {
+				current++
+				Expect(ms.Spec.Replicas).To(HaveValue(BeEquivalentTo(2)), "the new MachineSet %s runs both Machines", ms.Name)
+			} else {
+				Expect(ms.Spec.Replicas).To(HaveValue(BeZero()), "old MachineSet %s is not scaled to 0", ms.Name)
+			}
+		}
+		Expect(current).To(Equal(1), "one MachineSet from the new template: %v", shape)
 		AddReportEntry("rollout", fmt.Sprintf("2 Machines replaced in %s; MachineSets now: %s", rolled.Round(time.Millisecond),
 			strings.Join(shape, ", ")), ReportEntryVisibilityAlways)
 		finish(c)
