@@ -98,12 +98,21 @@ IDS ?=
 # child (not SIGINT: a Ctrl-C reaches the whole terminal group anyway), and go run dies of SIGTERM
 # without passing it on, which left the command and its envtest running. Phony: go build decides what
 # is stale.
-COMMANDS := $(addprefix $(BIN)/,explore mutate defectmatrix)
+COMMANDS := $(addprefix $(BIN)/,explore mutate defectmatrix bugs)
 .PHONY: $(COMMANDS)
 $(COMMANDS): $(BIN)/%:
 	@$(GO) build -o $@ ./internal/cmd/$*
 
 .PHONY: defect-matrix
+
+# bugs: internal/cmd/bugs reproduces each known bug of examples/bugs.yaml at its buggy version (an example's
+# ordinary spec, unperturbed or with explore's budget over it) and checks the same at its fixed version.
+BUGS ?=
+.PHONY: bugs
+bugs: envtest-assets $(BIN)/bugs $(BIN)/explore ## Known bugs of the examples' operators, found at their buggy versions and not at the fixed ones: bug | operator | buggy | fixed | found by | points tried | time to find | verdict at fixed (BUGS=ID,ID; REPORT_DIR=dir).
+	@$(if $(REPORT_DIR),mkdir -p $(REPORT_DIR))
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(BIN)/bugs -explore $(BIN)/explore -timeout $(SUITE_TIMEOUT) \
+	  $(if $(BUGS),-bugs "$$BUGS") $(if $(REPORT_DIR),-report-dir $(abspath $(REPORT_DIR)))
 defect-matrix: envtest-assets $(BIN)/defectmatrix ## Flip each catalog entry in turn and check that its own specs change verdict: the matrix, non-zero when one flips none (IDS=ID,ID; REPORT_DIR=dir writes defect-matrix.json and each run's report).
 	@$(if $(REPORT_DIR),mkdir -p $(REPORT_DIR))
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(BIN)/defectmatrix -timeout $(SUITE_TIMEOUT) \
@@ -139,13 +148,16 @@ BUDGET ?=
 POINTS ?=
 REPEAT ?=
 SUITE ?=
+LAG ?=
+FIRST ?=
 EXPLORE_JOBS ?= 1
 
 .PHONY: explore
-explore: envtest-assets $(BIN)/explore ## Perturb the FOCUS=<spec regexp> specs one point at a time and compare with their unperturbed runs: point | mode | verdict | first difference, a rerun command per failing point (MODES=a,b|all, BUDGET=40|20m, POINTS=, REPEAT=n, SUITE=examples/kuberay, EXPLORE_JOBS=1, REPORT_DIR=dir).
+explore: envtest-assets $(BIN)/explore ## Perturb the FOCUS=<spec regexp> specs one point at a time and compare with their unperturbed runs: point | mode | verdict | first difference, a rerun command per failing point (MODES=a,b|all, BUDGET=40|20m, POINTS=, REPEAT=n, SUITE=examples/kuberay, LAG=15s, FIRST=1 stops at the first failing point, EXPLORE_JOBS=1, REPORT_DIR=dir).
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(BIN)/explore -focus "$$FOCUS" -j $(EXPLORE_JOBS) -timeout $(SUITE_TIMEOUT) \
 	  $(if $(MODES),-modes "$$MODES") $(if $(BUDGET),-budget "$(BUDGET)") $(if $(POINTS),-points "$$POINTS") \
-	  $(if $(REPEAT),-repeat "$(REPEAT)") $(if $(SUITE),-suite "$(SUITE)") $(if $(REPORT_DIR),-report-dir $(abspath $(REPORT_DIR)))
+	  $(if $(REPEAT),-repeat "$(REPEAT)") $(if $(SUITE),-suite "$(SUITE)") $(if $(LAG),-lag "$(LAG)") $(if $(FIRST),-first) \
+	  $(if $(REPORT_DIR),-report-dir $(abspath $(REPORT_DIR)))
 
 # mutate: the scenario suite's mutation score over one reference operator package. gremlins finds the mutants
 # (a dry run); internal/cmd/mutate runs them, since gremlins itself only runs the mutated package's own tests

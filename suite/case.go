@@ -204,7 +204,9 @@ func (c *Case) RequireQuiescent(window, timeout time.Duration, opts ...QuietOpti
 
 // Quiescent waits until the case's namespace has been quiet for window (counted from the case's start at
 // the earliest), within timeout, and returns how long it waited. It first releases the case's held points
-// that last until the namespace is quiet (perturb.Point.For 0), so the window sees the operators' reaction. Quiet means no watched object changed, no
+// that last until the namespace is quiet (perturb.Point with neither For nor Lag) and waits for those with a
+// Lag to end (outside timeout); the window then counts from that release, so it sees the operators'
+// reaction. Quiet means no watched object changed, no
 // write was attempted (see StateOnly) and no reconcile pass ran for window; then the last pass of every
 // controller key in the namespace must not have ended in an error. Errors: not quiet in time (naming the
 // busiest objects, their field transitions and the writers), a hot loop (see HotLoop; the wait ends at it
@@ -215,11 +217,14 @@ func (c *Case) Quiescent(window, timeout time.Duration, opts ...QuietOption) (ti
 	// A held point that lasts until the namespace is quiet ends now: otherwise its release and the
 	// operators' reaction to what it held race the spec's own window, and the reaction lands in the spec's
 	// next step.
-	c.releaseUntilQuiet()
+	since := c.Started
+	if released := c.releaseUntilQuiet(c.ctx); released.After(since) {
+		since = released
+	}
 	if !c.optedOut(HotLoop) {
 		opts = append(opts, func(q *quietConfig) { q.hotLoops = true })
 	}
-	return c.s.waitQuiescent(c.ctx, c.Namespace, c.Started, window, timeout, opts...)
+	return c.s.waitQuiescent(c.ctx, c.Namespace, since, window, timeout, opts...)
 }
 
 // Writes returns the recorded writes in the case's namespace that match f, oldest first.

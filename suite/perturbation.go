@@ -73,12 +73,14 @@ func (ch *changeTrigger) holds() bool {
 
 func (ch *changeTrigger) coalesce() bool { return ch.a.p.Mode == perturb.Coalesce }
 
-// firing is a held point that fired: left writes remain before it is released (0: released when quiet).
+// firing is a held point that fired: left writes remain before it is released (0: released when quiet, or
+// after the point's Lag); ended is closed once it is released.
 type firing struct {
 	p       perturb.Point
 	left    int
 	once    sync.Once
 	release func()
+	ended   chan struct{}
 }
 
 // fired is what perturbBefore tells the write: the error of a fault point that refuses it, or a restart to
@@ -372,7 +374,7 @@ func (s *Suite) restart(pl *plan, manager string, p perturb.Point) {
 // pl.mu held), and returns its firing; nil when it could not begin (the reason is kept for the case's
 // cleanup). release, when set, is the hold a change trigger's watch already began.
 func (s *Suite) startHeld(pl *plan, p perturb.Point, manager, kind, name string, release func()) *firing {
-	f := &firing{p: p, left: p.For, release: release}
+	f := &firing{p: p, left: p.For, release: release, ended: make(chan struct{})}
 	switch {
 	case release != nil:
 	case p.Mode == perturb.Stale || p.Mode == perturb.Coalesce:
@@ -398,10 +400,29 @@ func (s *Suite) startHeld(pl *plan, p perturb.Point, manager, kind, name string,
 			f.release = func() { ext.Slow(pl.ns, 0) }
 		}
 	}
-	if p.For == 0 {
+	switch {
+	case p.Lag > 0:
+		pl.releaseAfter(f, p.Lag)
+	case p.For == 0:
 		s.releaseWhenQuiet(pl, f)
 	}
 	return f
+}
+
+// releaseAfter releases f once lag has passed, or sooner when something else releases it (called with pl.mu
+// held, the plan not closed).
+func (pl *plan) releaseAfter(f *firing, lag time.Duration) {
+	pl.pending.Add(1)
+	go func() {
+		defer pl.pending.Done()
+		t := time.NewTimer(lag)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			pl.release(f)
+		case <-f.ended:
+		}
+	}()
 }
 
 // releaseWhenQuiet releases f once the plan's namespace is quiet for quietRelease, or after
@@ -424,26 +445,50 @@ func (pl *plan) release(f *firing) {
 		if f.release != nil {
 			f.release()
 		}
+		close(f.ended)
 	})
 }
 
-// releaseUntilQuiet ends the case's held firings that last until the namespace is quiet (For 0).
-func (c *Case) releaseUntilQuiet() {
+// releaseUntilQuiet ends the case's held firings that last until the namespace is quiet (neither For nor
+// Lag), and waits for those with a Lag to end on their own: a lagging view is part of what the quiescence
+// check after it judges, not something the check cuts short.
+//
+// It returns when it released the last of them (zero when it released none), from which the check's window
+// counts: what was held reaches the managers' caches then, and their reaction belongs in the window.
+func (c *Case) releaseUntilQuiet(ctx context.Context) time.Time {
 	pl := c.s.planFor(c.Namespace, false)
 	if pl == nil {
-		return
+		return time.Time{}
 	}
 	pl.mu.Lock()
-	var due []*firing
+	var due, lagging []*firing
 	for _, f := range pl.held {
-		if f.p.For == 0 {
+		select {
+		case <-f.ended:
+			continue // released already
+		default:
+		}
+		switch {
+		case f.p.Lag > 0:
+			lagging = append(lagging, f)
+		case f.p.For == 0:
 			due = append(due, f)
 		}
 	}
 	pl.mu.Unlock()
+	if len(due)+len(lagging) == 0 {
+		return time.Time{}
+	}
 	for _, f := range due {
 		pl.release(f)
 	}
+	for _, f := range lagging {
+		select {
+		case <-f.ended:
+		case <-ctx.Done():
+		}
+	}
+	return time.Now()
 }
 
 // releaseAll ends every firing of the plan.

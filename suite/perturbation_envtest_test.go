@@ -110,6 +110,33 @@ func testPerturbation(t *testing.T, s *Suite) {
 			t.Fatalf("after RequireQuiescent op's cache reads seen=%q: the hold outlived the spec's quiescence check", got)
 		}
 	})
+	t.Run("a lag holds through a quiet namespace and a quiescence check waits for it", func(t *testing.T) {
+		c := s.NewCase(t)
+		// Longer than the most a hold that lasts until quiet can last, so only the lag explains a cache
+		// still stale after it.
+		lag := quietReleaseMax + time.Second
+		c.Perturb(perturb.Point{Mode: perturb.Stale, Writer: "op/configmap", Object: "ConfigMap/l", Trigger: perturb.Nth(1), Lag: lag})
+		began := time.Now()
+		createSeen(t, c, "l")
+		c.RequireQuiescent(100*time.Millisecond, patience)
+		if waited := time.Since(began); waited < lag {
+			t.Fatalf("RequireQuiescent returned %s after the point could fire, before its %s lag ended", waited, lag)
+		}
+		if got := cachedSeen(t, s, c, "l")(); got != "yes" {
+			t.Fatalf("after the lag op's cache reads seen=%q, want the marker's write", got)
+		}
+	})
+	t.Run("Release ends a lag early", func(t *testing.T) {
+		c := s.NewCase(t)
+		c.Perturb(perturb.Point{Mode: perturb.Stale, Writer: "op/configmap", Object: "ConfigMap/r", Trigger: perturb.Nth(1), Lag: time.Hour})
+		createSeen(t, c, "r")
+		cached := cachedSeen(t, s, c, "r")
+		if got := cached(); got != "" {
+			t.Fatalf("op's cache reads seen=%q during the lag, want the object as it was before the write", got)
+		}
+		c.Release()
+		NewWithT(t).Eventually(cached).WithTimeout(patience).Should(Equal("yes"))
+	})
 	t.Run("run points skip a case outside a spec", func(t *testing.T) {
 		s.runPoints = []perturb.Point{{Mode: perturb.Conflict, Writer: "op", Trigger: perturb.Nth(1)}}
 		defer func() { s.runPoints = nil }()

@@ -80,10 +80,15 @@ type Point struct {
 	Object string
 	// Trigger is the one count the point fires on: Nth(n), Every(n), Rate(r) or Change(n).
 	Trigger Trigger
-	// For releases a held mode after this many further writes in the case's namespace (any writer); 0 holds
-	// it until the namespace is otherwise quiet, until the spec's next quiescence check (Case.Quiescent),
-	// until Case.Release, or until the case's cleanup begins.
+	// For releases a held mode after this many further writes in the case's namespace (any writer). With
+	// neither For nor Lag, the mode holds until the namespace is otherwise quiet, until the spec's next
+	// quiescence check (Case.Quiescent), until Case.Release, or until the case's cleanup begins.
 	For int
+	// Lag holds a held mode for this long (wall time) from its firing, as an informer lagging behind the API
+	// server does, however busy or quiet the namespace is; the spec's next quiescence check waits for it to
+	// end, and Case.Release and the case's cleanup end it early. Written "+15s"; For and Lag exclude each
+	// other.
+	Lag time.Duration
 }
 
 // TriggerKind is what a trigger counts and how it matches the count; its value is the sign Point.String
@@ -203,11 +208,12 @@ func (p Point) Error(resource schema.GroupResource, name string) error {
 
 // String renders the point in the form Parse reads:
 //
-//	mode[(system[,latency])]@writer[:Kind/name](#n|%n|~rate|^n)[+for]
+//	mode[(system[,latency])]@writer[:Kind/name](#n|%n|~rate|^n)[+n|+duration]
 //
 // for example "conflict@multigres/multigres-shard:Shard/mg-db-tg-0#3", "restart@matrixone#5",
 // "stale@multigres/multigres-shard:Pod/mg-db-tg-0-pool-0#1+4", "slow(hakeeper,200ms)@matrixone%2" and
-// "coalesce@multigres/multigres-shard:Pod/mg-db-tg-0-pool-0^3" (from the pod's third change).
+// "coalesce@multigres/multigres-shard:Pod/mg-db-tg-0-pool-0^3" (from the pod's third change) and
+// "stale@capi/machinedeployment#1+15s" (the first write's object held from that manager for 15 s).
 func (p Point) String() string {
 	var b strings.Builder
 	b.WriteString(string(p.Mode))
@@ -226,6 +232,9 @@ func (p Point) String() string {
 	if p.For > 0 {
 		b.WriteString("+" + strconv.Itoa(p.For))
 	}
+	if p.Lag > 0 {
+		b.WriteString("+" + p.Lag.String())
+	}
 	return b.String()
 }
 
@@ -234,7 +243,7 @@ func (p Point) String() string {
 const unwritable = "@#%~^+() \t\n;"
 
 // grammar is repeated in Parse's errors, so a typo is answered with the form to use.
-const grammar = "mode[(system[,latency])]@writer[:Kind/name](#n|%n|~rate|^n)[+for], e.g. conflict@multigres/multigres-shard#3"
+const grammar = "mode[(system[,latency])]@writer[:Kind/name](#n|%n|~rate|^n)[+n|+duration], e.g. conflict@multigres/multigres-shard#3"
 
 // Parse reads a point written as Point.String writes it, then asks Validate. Errors: a point without '@'
 // or a trigger sign, a latency or count that is not a number, and Validate's; each names the part and the
@@ -282,11 +291,13 @@ func Parse(s string) (Point, error) {
 	}
 	trig, hold, hasFor := strings.Cut(trig, "+")
 	if hasFor {
-		n, err := strconv.Atoi(hold)
-		if err != nil || n <= 0 {
-			return fail("+%s is not a positive count of writes", hold)
+		if n, err := strconv.Atoi(hold); err == nil && n > 0 {
+			p.For = n
+		} else if d, err := time.ParseDuration(hold); err == nil && d > 0 {
+			p.Lag = d
+		} else {
+			return fail("+%s is neither a positive count of writes (+4) nor a positive duration (+15s)", hold)
 		}
-		p.For = n
 	}
 	p.Trigger.Kind = TriggerKind(trig[0])
 	if p.Trigger.Kind == WriteRate {
@@ -313,7 +324,7 @@ func Parse(s string) (Point, error) {
 // than Slow (or none on it), an empty writer or one with more than one '/', a writer or object holding a character the point's
 // string gives a meaning to (unwritable, and ':' in a writer), an object that is not
 // Kind/name, no trigger or a count that is not positive (a rate outside [1e-06, 1] or NaN), a change trigger without
-// an object, a negative For or For on a mode that is not held.
+// an object, a negative For or Lag, For and Lag both set, or either on a mode that is not held.
 func (p Point) Validate() error {
 	if err := p.validateMode(); err != nil {
 		return err
@@ -348,8 +359,12 @@ func (p Point) Validate() error {
 	switch {
 	case p.For < 0:
 		return fmt.Errorf("+%d is not a positive count of writes", p.For)
-	case p.For > 0 && !p.Mode.Held():
-		return fmt.Errorf("+for applies to the held modes (stale, coalesce, down, slow), not %s", p.Mode)
+	case p.Lag < 0:
+		return fmt.Errorf("+%s is not a positive duration", p.Lag)
+	case p.For > 0 && p.Lag > 0:
+		return fmt.Errorf("+%d and +%s both set how long the hold lasts: keep one", p.For, p.Lag)
+	case (p.For > 0 || p.Lag > 0) && !p.Mode.Held():
+		return fmt.Errorf("+n and +duration apply to the held modes (stale, coalesce, down, slow), not %s", p.Mode)
 	}
 	return nil
 }

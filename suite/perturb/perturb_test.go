@@ -25,6 +25,8 @@ func TestParseReadsWhatStringWrites(t *testing.T) {
 		"coalesce@multigres/multigres-shard:Pod/mg-db-tg-0-pool-0^3",
 		"restart@dataplane:Pod/mg-db-tg-0-pool-0^2",
 		"stale@multigres:Shard/mg-db-tg-0^1+5",
+		"stale@capi/machinedeployment#1+15s",
+		"coalesce@multigres:Shard/mg-db-tg-0^2+1m30s",
 	} {
 		p, err := Parse(s)
 		if err != nil {
@@ -57,7 +59,7 @@ func TestParseNamesWhatIsWrong(t *testing.T) {
 		"conflict@multigres#0":          "positive number",
 		"conflict@multigres%x":          "positive number",
 		"conflict@multigres~1.5":        "fraction in [1e-06, 1]",
-		"conflict@multigres#3+2":        "applies to the held modes",
+		"conflict@multigres#3+2":        "apply to the held modes",
 		"stale@multigres#3+0":           "positive count",
 		"stale@multigres^2":             "counts the changes of one object: name it",
 		"stale@multigres:Pod/p^0":       "positive number",
@@ -108,6 +110,9 @@ func TestValidateRefusesWhatParseRefuses(t *testing.T) {
 		{Point{Mode: Conflict, Latency: time.Second, Writer: "m", Trigger: Nth(1)}, "takes no system", true},
 		{Point{Mode: Conflict, Writer: "m", Trigger: Nth(1), For: 2}, "held modes", false},
 		{Point{Mode: Stale, Writer: "m", Trigger: Nth(1), For: -1}, "positive count", true},
+		{Point{Mode: Stale, Writer: "m", Trigger: Nth(1), Lag: -time.Second}, "positive duration", true},
+		{Point{Mode: Stale, Writer: "m", Trigger: Nth(1), For: 2, Lag: time.Second}, "keep one", false},
+		{Point{Mode: Restart, Writer: "m", Trigger: Nth(1), Lag: time.Second}, "held modes", false},
 		{Point{Mode: "boom", Writer: "m", Trigger: Nth(1)}, "unknown mode", false},
 		{Point{Mode: Conflict, Writer: "m", Object: "Pod", Trigger: Nth(1)}, "not Kind/name", false},
 		{Point{Mode: Conflict, Writer: "m", Trigger: Rate(math.NaN())}, "fraction in", false},

@@ -21,6 +21,11 @@ import (
 // the restart and the two views of a held object.
 const defaultModes = "conflict,timeout,restart,stale,coalesce"
 
+// defaultLag is -lag's default: longer than the about 10 s that operators commonly wait for their own cache
+// to show what they wrote (cluster-api's WaitForCacheToBeUpToDate gives up after that), as a busy API
+// server's watch can lag in production.
+const defaultLag = 15 * time.Second
+
 // slowLatency is the delay of the slow points the enumeration makes.
 const slowLatency = 200 * time.Millisecond
 
@@ -113,7 +118,8 @@ type Enumeration struct {
 	Unparsable []string
 	// Unstable are the pairs on an object the second unperturbed run did not write (its name differs from
 	// run to run, as generateName's do), as "spec: writer on object"; a point naming it could not fire in
-	// another run, so they get none.
+	// another run, so they get none. Such a write gets a point by its writer's count instead (see
+	// renamedPoints) where both runs agree on it.
 	Unstable []string
 	// NoWrites are the specs whose records hold no write by an operator or fake: nothing to perturb.
 	NoWrites []string
@@ -185,6 +191,7 @@ func enumerate(records, second []perturb.Record, modes []perturb.Mode) Enumerati
 			}
 		}
 		if second != nil {
+			e.renamedPoints(spec, records, second, writers, modes, externals)
 			// A manager named anew each run (a spec's own instance with a random suffix) could not be named by
 			// a point that fires in another run.
 			writers = slices.DeleteFunc(writers, func(w string) bool {
@@ -194,6 +201,89 @@ func enumerate(records, second []perturb.Record, modes []perturb.Mode) Enumerati
 		e.changePoints(spec, records, second, writers, modes)
 	}
 	return e
+}
+
+// addLagged adds, after the points, a copy of each stale point held for lag instead of until the namespace
+// is quiet (perturb.Point.Lag); none when lag is 0.
+func (e *Enumeration) addLagged(lag time.Duration) {
+	if lag <= 0 {
+		return
+	}
+	for _, sp := range e.Points {
+		if sp.Point.Mode == perturb.Stale && sp.Point.For == 0 && sp.Point.Lag == 0 {
+			sp.Point.Lag = lag
+			e.Points = append(e.Points, sp)
+		}
+	}
+}
+
+// renamedPoints adds spec's points on the writes of objects named anew each run (an operator's random
+// suffix, as cluster-api's MachineSets and Kueue's Workloads have), which no point can name: a point that
+// counts all of its writer's writes in the namespace (no Object) fires at the k-th, when in both unperturbed
+// runs (the first record of the spec in each) the writer's k-th write was on an object of the same kind that
+// the other run never wrote. Writers as in enumerate, then the modes, systems and k.
+func (e *Enumeration) renamedPoints(spec string, records, second []perturb.Record, writers []string, modes []perturb.Mode, externals []string) {
+	first, again := firstRecord(records, spec), firstRecord(second, spec)
+	if first == nil || again == nil {
+		return
+	}
+	ownA, ownB := objectsOf(first), objectsOf(again)
+	for _, w := range writers {
+		a, b := writesOf(first, w), writesOf(again, w)
+		n := min(len(a), len(b))
+		for k := 1; k <= n; k++ {
+			oa, ob := a[k-1], b[k-1]
+			if oa == "" || ob == "" || kindOfObject(oa) != kindOfObject(ob) || ownB[oa] || ownA[ob] {
+				continue
+			}
+			for _, m := range modes {
+				for _, sys := range systems(m, externals) {
+					pt := perturb.Point{Mode: m, System: sys, Writer: w, Trigger: perturb.Nth(k)}
+					if m == perturb.Slow {
+						pt.Latency = slowLatency
+					}
+					e.Points = append(e.Points, SpecPoint{Spec: spec, Point: pt, Writes: n})
+				}
+			}
+		}
+	}
+}
+
+// firstRecord is the first of records whose spec is spec; nil when none is.
+func firstRecord(records []perturb.Record, spec string) *perturb.Record {
+	for i := range records {
+		if records[i].Spec == spec {
+			return &records[i]
+		}
+	}
+	return nil
+}
+
+// objectsOf is the set of objects r's writes wrote, by anyone.
+func objectsOf(r *perturb.Record) map[string]bool {
+	out := map[string]bool{}
+	for _, w := range r.Writes {
+		out[w.Object] = true
+	}
+	return out
+}
+
+// writesOf lists the objects of writer's writes in r, in order, as a point on writer alone counts them
+// ("" for a write that names no object).
+func writesOf(r *perturb.Record, writer string) []string {
+	var out []string
+	for _, w := range r.Writes {
+		if w.Writer == writer {
+			out = append(out, w.Object)
+		}
+	}
+	return out
+}
+
+// kindOfObject is the Kind of a "Kind/name" object.
+func kindOfObject(obj string) string {
+	k, _, _ := strings.Cut(obj, "/")
+	return k
 }
 
 // changePoints adds spec's change-triggered points (see enumerate) for the managers of writers (those that
@@ -330,7 +420,8 @@ func systems(m perturb.Mode, externals []string) []string {
 }
 
 // modeKey is a point's mode as the sampling spreads it: down and slow once per external system, a mode on
-// a change trigger apart from the same mode on a write ("stale^").
+// a change trigger apart from the same mode on a write ("stale^"), a lagged one apart from one held until
+// quiet ("stale+lag").
 func modeKey(p perturb.Point) string {
 	k := string(p.Mode)
 	if p.System != "" {
@@ -338,6 +429,9 @@ func modeKey(p perturb.Point) string {
 	}
 	if p.Trigger.OnChange() {
 		k += "^"
+	}
+	if p.Lag > 0 {
+		k += "+lag"
 	}
 	return k
 }

@@ -142,12 +142,34 @@ func TestEnumerateOnlyObjectsBothRunsWrote(t *testing.T) {
 	first := []perturb.Record{{Spec: "s", Writes: writes("op/c Pod/p-x7k2q", "op/c Pod/p-x7k2q", "op/c Svc/head", "op/c Svc/head", "op/c Svc/head", "op/c Pod/")}}
 	second := []perturb.Record{{Spec: "s", Writes: writes("op/c Pod/p-9wd4t", "op/c Svc/head", "op/c Svc/head")}}
 	e := enumerate(first, second, []perturb.Mode{perturb.Conflict})
-	// The service's k goes up to the writes both runs made; the generated pod gets no point.
-	if got, want := strs(e.Points), []string{"s | conflict@op/c:Svc/head#1", "s | conflict@op/c:Svc/head#2"}; !reflect.DeepEqual(got, want) {
+	// The service's k goes up to the writes both runs made; the generated pod gets no point by name, but
+	// both runs' first write of op/c was on a pod named anew, so the writer's first write gets one (its
+	// second write was on the pod in one run and the service in the other: none).
+	if got, want := strs(e.Points), []string{"s | conflict@op/c:Svc/head#1", "s | conflict@op/c:Svc/head#2", "s | conflict@op/c#1"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("points = %q, want %q", got, want)
 	}
 	if !reflect.DeepEqual(e.Unstable, []string{"s: op/c on Pod/p-x7k2q"}) || !reflect.DeepEqual(e.Unparsable, []string{"s: op/c on Pod/"}) {
 		t.Errorf("Unstable = %q, Unparsable = %q", e.Unstable, e.Unparsable)
+	}
+}
+
+func TestAddLaggedCopiesStalePointsOnly(t *testing.T) {
+	e := Enumeration{Points: []SpecPoint{
+		{Spec: "s", Point: perturb.Point{Mode: perturb.Stale, Writer: "op/c", Trigger: perturb.Nth(1)}},
+		{Spec: "s", Point: perturb.Point{Mode: perturb.Coalesce, Writer: "op/c", Trigger: perturb.Nth(1)}},
+		{Spec: "s", Point: perturb.Point{Mode: perturb.Stale, Writer: "op", Object: "Pod/p", Trigger: perturb.Change(2)}},
+	}}
+	e.addLagged(0)
+	if len(e.Points) != 3 {
+		t.Fatalf("-lag 0 added points: %q", strs(e.Points))
+	}
+	e.addLagged(15 * time.Second)
+	want := []string{"s | stale@op/c#1", "s | coalesce@op/c#1", "s | stale@op:Pod/p^2", "s | stale@op/c#1+15s", "s | stale@op:Pod/p^2+15s"}
+	if got := strs(e.Points); !reflect.DeepEqual(got, want) {
+		t.Errorf("points = %q, want %q", got, want)
+	}
+	if k := modeKey(e.Points[4].Point); k != "stale^+lag" {
+		t.Errorf("modeKey of a lagged change point = %q, want it apart from stale^", k)
 	}
 }
 

@@ -5,7 +5,7 @@
 // Usage (from the module root, with KUBEBUILDER_ASSETS set; `make explore` does both):
 //
 //	go run ./internal/cmd/explore -focus REGEXP [-suite ./scenarios/] [-modes conflict,timeout,...|all]
-//	    [-budget 40|20m] [-points 'POINT ...'] [-repeat N] [-j 1] [-report-dir DIR] [-timeout 20m]
+//	    [-budget 40|20m] [-lag 15s] [-first] [-points 'POINT ...'] [-repeat N] [-j 1] [-report-dir DIR] [-timeout 20m]
 //
 // It compiles the suite's test binary once (go test -c in the suite's directory, so a suite that is a Go
 // module of its own, such as ./examples/kuberay, builds too) and runs it:
@@ -19,6 +19,10 @@
 //     for the modes among -modes that act on a manager's view (restart, stale, coalesce), the change points:
 //     for each object whose changes both baselines saw and each manager that wrote in the spec, each k up to
 //     the changes that manager's watch could deliver (perturb.Record.Seen), the point mode@manager:Kind/name^k.
+//     A write on an object named anew each run gets the point mode@writer#k instead, k counting all the
+//     writer's writes, where both baselines' k-th write of that writer was on such an object of one kind.
+//     Each stale point comes twice: held until the namespace is quiet, and held for -lag (stale...+15s), an
+//     informer lagging behind the API server for longer than operators commonly wait for their own cache.
 //     The budget takes them in an order that spreads them over specs, writers, modes and objects before it
 //     takes any twice (see sampler); -points skips this.
 //  3. Each point, on its spec alone (a focus anchored to its full text): ENSEMBLE_PERTURB=point,
@@ -66,7 +70,9 @@ import (
 type config struct {
 	suite, focus, modes, budget, points, reportDir string
 	repeat, jobs                                   int
-	timeout                                        time.Duration
+	timeout, lag                                   time.Duration
+	// first stops taking points once one has failed.
+	first bool
 	// bin is a compiled test binary of suite to run instead of compiling one (the tests' fake suite).
 	bin string
 }
@@ -77,6 +83,8 @@ func main() {
 	flag.StringVar(&c.focus, "focus", "", "Ginkgo focus regexp of the specs to perturb (required)")
 	flag.StringVar(&c.modes, "modes", defaultModes, "comma-separated modes of the enumerated points, or all")
 	flag.StringVar(&c.budget, "budget", "40", "how many enumerated points run: a number, or a duration such as 20m")
+	flag.DurationVar(&c.lag, "lag", defaultLag, "how long the lagged stale points hold their object from the writer's manager (0: none)")
+	flag.BoolVar(&c.first, "first", false, "stop taking points once one fails (the points under way finish): how many points it took to find something")
 	flag.StringVar(&c.points, "points", "", "run these points (perturb.Parse's form, separated by spaces) on every focused spec instead of enumerating; -budget does not apply")
 	flag.IntVar(&c.repeat, "repeat", 1, "run each point this many times and report whether the verdicts agree")
 	flag.IntVar(&c.jobs, "j", 1, "point runs at once")
@@ -107,12 +115,14 @@ func fail(err error) {
 
 // makeVars are the make variables that set the flags.
 var makeVars = map[string]string{"suite": "SUITE", "focus": "FOCUS", "modes": "MODES", "budget": "BUDGET", "points": "POINTS",
-	"repeat": "REPEAT", "j": "EXPLORE_JOBS", "report-dir": "REPORT_DIR", "timeout": "SUITE_TIMEOUT"}
+	"repeat": "REPEAT", "j": "EXPLORE_JOBS", "report-dir": "REPORT_DIR", "timeout": "SUITE_TIMEOUT", "lag": "LAG", "first": "FIRST"}
 
 // plan is the command line, read.
 type plan struct {
 	modes  []perturb.Mode
 	budget Budget
+	// lag is -lag: the hold of the lagged stale points (0: none are made).
+	lag time.Duration
 	// points are -points' (nil: enumerate).
 	points []perturb.Point
 }
@@ -148,6 +158,10 @@ func check(c config) (plan, error) {
 	if c.timeout <= 0 {
 		return p, fmt.Errorf("-timeout (make's SUITE_TIMEOUT) is %s: pass each run's limit, such as 20m", c.timeout)
 	}
+	if c.lag < 0 {
+		return p, fmt.Errorf("-lag (make's LAG) is %s: pass how long a lagged stale point holds, such as 15s, or 0 for none", c.lag)
+	}
+	p.lag = c.lag
 	return p, nil
 }
 
@@ -295,6 +309,7 @@ func choosePoints(p plan, records, second []perturb.Record, x *Exploration, out 
 			textout.Count(len(specNames(records)), "spec", "specs"), textout.Count(len(todo), "point", "points"))
 	} else {
 		e := enumerate(records, second, p.modes)
+		e.addLagged(p.lag)
 		x.Modes, x.Budget, x.Existed = p.modes, p.budget.String(), len(e.Points)
 		for _, s := range e.NoWrites {
 			fmt.Fprintf(out, "not explored: %q has no write by an operator or fake\n", s)
@@ -333,14 +348,15 @@ func runPoints(ctx context.Context, c config, r *runner, p plan, x *Exploration,
 	baseline := strings.Join(x.Baselines, string(os.PathListSeparator))
 	pointsStart = time.Now()
 	// next hands out the next point and its row: todo's in turn, or with a time budget the sampler's while
-	// the budget lasts.
+	// the budget lasts; with -first none after a point failed.
 	var mu sync.Mutex
+	failed := false
 	next := func() (SpecPoint, int, bool) {
 		mu.Lock()
 		defer mu.Unlock()
 		var sp SpecPoint
 		switch {
-		case ctx.Err() != nil:
+		case ctx.Err() != nil, c.first && failed:
 			return sp, 0, false
 		case smp == nil && len(x.Rows) < len(todo):
 			sp = todo[len(x.Rows)]
@@ -378,6 +394,7 @@ func runPoints(ctx context.Context, c config, r *runner, p plan, x *Exploration,
 		row.Command = rerun(c.suite, desc, sp.Spec, row.Point)
 		mu.Lock()
 		x.Rows[i] = row
+		failed = failed || row.Verdict == Fail
 		done++
 		fmt.Fprintf(out, "[%d] %s on %q: %s in %s\n", done, row.Point, textout.Cut(sp.Spec, 60), verdictCell(row), time.Duration(runTook[len(runTook)-1]).Round(time.Second))
 		mu.Unlock()

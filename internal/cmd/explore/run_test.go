@@ -166,6 +166,15 @@ func TestRunWithAFakeSuite(t *testing.T) {
 		t.Errorf("-points: %v, %+v\n%s", err, x.Rows, out.String())
 	}
 
+	// -first stops after the first failing point: the budget of 6 would run a sixth.
+	out.Reset()
+	c.points, c.budget, c.jobs, c.first, c.reportDir = "", "6", 1, true, filepath.Join(dir, "out-first")
+	x, err = run(context.Background(), c, &out)
+	if err != nil || len(x.Rows) != 5 || x.Rows[4].Verdict != Fail {
+		t.Errorf("-first: %v, %d rows, want 5 ending in the failing one\n%s", err, len(x.Rows), out.String())
+	}
+	c.jobs, c.first = 2, false
+
 	// A time budget runs points until it is spent: here the first one only.
 	out.Reset()
 	c.points, c.budget, c.reportDir = "", "1ns", filepath.Join(dir, "out3")

@@ -1,0 +1,146 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+// example writes an example module at dir/name whose go.mod requires op at v1.1.0, with a go.<v>.mod for
+// each of others.
+func example(t *testing.T, dir, name string, others ...string) {
+	t.Helper()
+	d := filepath.Join(dir, name)
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	write := func(file, s string) {
+		if err := os.WriteFile(filepath.Join(d, file), []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("go.mod", "module x\n\nrequire (\n\texample.com/op v1.1.0\n\texample.com/other v2.0.0 // indirect\n)\n")
+	for _, v := range others {
+		write("go."+v+".mod", "module x\n")
+	}
+}
+
+func TestVersionEnv(t *testing.T) {
+	dir := t.TempDir()
+	example(t, dir, "op", "v1.0.0")
+	for v, want := range map[string][]string{
+		"v1.1.0": nil,
+		"v1.0.0": {"GOFLAGS=-modfile=go.v1.0.0.mod -tags=v1.0.0"},
+	} {
+		got, err := versionEnv(filepath.Join(dir, "op"), v)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("versionEnv(%s) = %q, %v; want %q", v, got, err, want)
+		}
+	}
+	for _, c := range []struct{ dir, version, want string }{
+		{"op", "v0.9.0", "runs no version v0.9.0: its go.mod requires another, and there is no go.v0.9.0.mod (there are: go.mod's, v1.0.0)"},
+		{"op", "v1.1", "runs no version v1.1"},
+		{"none", "v1.0.0", "no example at"},
+	} {
+		if _, err := versionEnv(filepath.Join(dir, c.dir), c.version); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("versionEnv(%s, %s) = %v, want %q", c.dir, c.version, err, c.want)
+		}
+	}
+}
+
+const good = `- bug: op#12
+  links: [https://example.com/op/issues/12]
+  summary: the thing stays Running forever
+  example: op
+  buggy: v1.0.0
+  fixed: v1.1.0
+  spec: op a thing runs
+  expect: oracle convergence
+  foundBy: the convergence oracle
+`
+
+func TestReadCatalogNamesWhatIsWrong(t *testing.T) {
+	dir := t.TempDir()
+	example(t, dir, "op", "v1.0.0")
+	path := filepath.Join(dir, "bugs.yaml")
+	for yaml, want := range map[string]string{
+		good + "  extra: 1\n": `unknown field "extra"`,
+		"[]":                  "lists no bug",
+		strings.Replace(good, "op#12", "op 12", 1):                     "bug is not repository#number",
+		strings.Replace(good, "  expect: oracle convergence\n", "", 1): "expect and foundBy are all required",
+		strings.Replace(good, "fixed: v1.1.0", "fixed: v1.0.0", 1):     "must be two versions",
+		strings.Replace(good, "buggy: v1.0.0", "buggy: v0.1.0", 1):     "runs no version v0.1.0",
+		strings.Replace(good, "example: op", "example: nope", 1):       "no example at",
+		good + strings.Replace(good, "- bug", "- bug", 1):              "listed twice",
+		good + "  explore: {modes: stale}\n":                           "explore needs modes and budget",
+	} {
+		if err := os.WriteFile(path, []byte(yaml), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := readCatalog(path, dir); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("catalog\n%s\nerr = %v, want %q", yaml, err, want)
+		}
+	}
+	if err := os.WriteFile(path, []byte(good), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if es, err := readCatalog(path, dir); err != nil || len(es) != 1 || es[0].Bug != "op#12" {
+		t.Errorf("a good catalog: %+v, %v", es, err)
+	}
+}
+
+func TestRunRefusesBadInputBeforeRunningAnything(t *testing.T) {
+	dir := t.TempDir()
+	example(t, dir, "op", "v1.0.0")
+	path := filepath.Join(dir, "bugs.yaml")
+	explored := good + strings.Replace(strings.Replace(good, "op#12", "op#13", 1), "  expect:", "  explore: {modes: stale, budget: 10}\n  expect:", 1)
+	if err := os.WriteFile(path, []byte(explored), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := config{catalog: path, examples: dir, explore: filepath.Join(dir, "no-explore"), timeout: time.Minute}
+	for _, tc := range []struct {
+		bugs []string
+		want string
+	}{
+		{[]string{"op#99"}, `-bugs (make's BUGS) names "op#99", which ` + path + ` does not list: name some of op#12, op#13`},
+		{[]string{"op#13"}, "the explore binary " + c.explore + " is missing"},
+	} {
+		c.bugs = tc.bugs
+		var out bytes.Buffer
+		if _, err := run(context.Background(), c, &out); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("-bugs %v: err = %v, want %q", tc.bugs, err, tc.want)
+		}
+	}
+	c.bugs, c.timeout = nil, 0
+	if _, err := run(context.Background(), c, &bytes.Buffer{}); err == nil || !strings.Contains(err.Error(), "-timeout (make's SUITE_TIMEOUT)") {
+		t.Errorf("-timeout 0: %v", err)
+	}
+}
+
+func TestTable(t *testing.T) {
+	var out bytes.Buffer
+	rows := []Row{
+		{Bug: "op#12", Operator: "op", Buggy: "v1.0.0", Fixed: "v1.1.0", FoundBy: "a stale point", Found: true, Failure: "MachineSet: 1 -> 2",
+			Point: "stale@op/c#1+15s", Tried: 7, TimeToFind: Duration(3 * time.Minute), AtFixed: "pass", Command: "make bugs BUGS='op#12'"},
+		{Bug: "op#13", Operator: "op", Buggy: "v1.0.0", Fixed: "v1.1.0", FoundBy: "the convergence oracle", Failure: "the spec passed",
+			TimeToFind: Duration(time.Minute), AtFixed: "not run", Command: "make bugs BUGS='op#13'"},
+	}
+	if err := table(&out, rows); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{
+		"bug   | operator | buggy  | fixed  | found by      | points tried | time to find | verdict at fixed",
+		"op#12 | op       | v1.0.0 | v1.1.0 | a stale point | 7            | 3m0s         | pass",
+		"op#13 | op       | v1.0.0 | v1.1.0 | NOT FOUND     | -            | 1m0s         | not run",
+		"  point:  stale@op/c#1+15s", "  rerun:  make bugs BUGS='op#13'", "  at v1.0.0: the spec passed",
+	} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("the table lacks %q:\n%s", s, out.String())
+		}
+	}
+}

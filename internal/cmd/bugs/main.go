@@ -1,0 +1,387 @@
+// Command bugs reproduces the known bugs of public operators that examples/bugs.yaml lists: each at its
+// buggy version, by an ordinary spec of the operator's example (unperturbed, or with make explore's budget
+// over it), and then the same check at the version that fixed it. See docs/architecture.md §10.
+//
+// Usage (from the module root, with KUBEBUILDER_ASSETS set; `make bugs` does both and builds bin/explore):
+//
+//	go run ./internal/cmd/bugs [-bugs ID,ID] [-catalog examples/bugs.yaml] [-explore bin/explore] [-report-dir DIR] [-timeout 20m]
+//
+// Per entry:
+//
+//  1. At the buggy version: with explore, bin/explore over the spec with the entry's modes and budget,
+//     stopping at the first failing point (-first); without, the example's spec alone (go test). The bug is
+//     found when the first failure holds the entry's Expect text.
+//  2. At the fixed version, when it was found: the same failing point alone (-points), or the same spec.
+//     It must pass.
+//
+// It prints the table bug | operator | buggy | fixed | found by | points tried | time to find | verdict at
+// fixed, and for each row the command that reruns it (make bugs BUGS=ID) and where its runs are. Every run
+// and bugs.json are under -report-dir; without it, under a new temporary directory, kept when a row is
+// not as expected (not found, or failing at its fixed version) and removed otherwise, or on interrupt.
+//
+// Exit 0 when every bug was found at its buggy version and passed at its fixed one; 1 when one was not
+// (each named); 2 with one line on bad input or a run that could not be judged. SIGINT or SIGTERM stops the
+// run in progress, removes the temporary directory and exits 2.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/onsi/ginkgo/v2/types"
+
+	"github.com/ensembletest/ensemble/internal/cmdline"
+	"github.com/ensembletest/ensemble/internal/ginkgoreport"
+	"github.com/ensembletest/ensemble/internal/proc"
+	"github.com/ensembletest/ensemble/internal/textout"
+)
+
+// config is the command line.
+type config struct {
+	bugs                               []string
+	catalog, examples, explore, report string
+	timeout                            time.Duration
+}
+
+func main() {
+	var c config
+	var bugs string
+	flag.StringVar(&bugs, "bugs", "", "comma-separated entries to run, such as cluster-api#13649 (default: every entry)")
+	flag.StringVar(&c.catalog, "catalog", "examples/bugs.yaml", "the catalog of known bugs")
+	flag.StringVar(&c.explore, "explore", "bin/explore", "the explore command's binary")
+	flag.StringVar(&c.report, "report-dir", "", "directory of the runs and bugs.json (default: a new temporary directory)")
+	flag.DurationVar(&c.timeout, "timeout", 20*time.Minute, "each run's -test.timeout")
+	if err := cmdline.Parse(flag.CommandLine, os.Args[1:], map[string]string{"bugs": "BUGS", "report-dir": "REPORT_DIR", "timeout": "SUITE_TIMEOUT"}); err != nil {
+		fail(err)
+	}
+	for _, b := range strings.Split(bugs, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			c.bugs = append(c.bugs, b)
+		}
+	}
+	c.examples = filepath.Join(filepath.Dir(c.catalog))
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		fail(errors.New("KUBEBUILDER_ASSETS is not set: run `make bugs`, or set it to $(tools/envtest/build.sh --dir)"))
+	}
+	ctx, stop := proc.SignalContext()
+	defer stop()
+	res, err := run(ctx, c, os.Stdout)
+	if ctx.Err() != nil {
+		err = errors.New("interrupted: the run in progress is stopped and the temporary runs directory removed (REPORT_DIR=dir keeps the runs)")
+	}
+	if err != nil {
+		fail(err)
+	}
+	if len(res.Wrong) > 0 {
+		fmt.Printf("\n%d of %s not as expected: %s\n", len(res.Wrong), textout.Count(len(res.Rows), "bug", "bugs"), strings.Join(res.Wrong, "; "))
+		os.Exit(1)
+	}
+	fmt.Printf("\nevery bug found at its buggy version and passing at its fixed one (%s)\n", textout.Count(len(res.Rows), "bug", "bugs"))
+}
+
+func fail(err error) {
+	fmt.Fprintf(os.Stderr, "bugs: %v\n", err)
+	os.Exit(2)
+}
+
+// Result is what the command found, as bugs.json holds it.
+type Result struct {
+	Rows []Row
+	// Wrong names the rows not as expected, with why.
+	Wrong []string `json:",omitempty"`
+	// Wall is the whole command's wall time.
+	Wall Duration
+}
+
+// run checks the command line and the catalog, runs the entries and prints the table. Errors: a bad
+// catalog, an entry -bugs names that it does not list, the explore binary missing, a run that could not be
+// judged (no report), an interrupt.
+func run(ctx context.Context, c config, out io.Writer) (Result, error) {
+	start := time.Now()
+	var res Result
+	if c.timeout <= 0 {
+		return res, fmt.Errorf("-timeout (make's SUITE_TIMEOUT) is %s: pass each run's limit, such as 20m", c.timeout)
+	}
+	entries, err := readCatalog(c.catalog, c.examples)
+	if err != nil {
+		return res, err
+	}
+	if len(c.bugs) > 0 {
+		var picked []Entry
+		for _, b := range c.bugs {
+			i := slices.IndexFunc(entries, func(e Entry) bool { return e.Bug == b })
+			if i < 0 {
+				var ids []string
+				for _, e := range entries {
+					ids = append(ids, e.Bug)
+				}
+				return res, fmt.Errorf("-bugs (make's BUGS) names %q, which %s does not list: name some of %s", b, c.catalog, strings.Join(ids, ", "))
+			}
+			picked = append(picked, entries[i])
+		}
+		entries = picked
+	}
+	if slices.ContainsFunc(entries, func(e Entry) bool { return e.Explore != nil }) {
+		if _, err := os.Stat(c.explore); err != nil {
+			return res, fmt.Errorf("the explore binary %s is missing: run `make bugs`, which builds it, or pass -explore", c.explore)
+		}
+	}
+	dir, temp := c.report, c.report == ""
+	if temp {
+		if dir, err = os.MkdirTemp("", "ensemble-bugs-*"); err != nil {
+			return res, err
+		}
+		defer func() {
+			if ctx.Err() != nil || len(res.Wrong) == 0 {
+				_ = os.RemoveAll(dir)
+			}
+		}()
+	}
+	fmt.Fprintf(out, "runs under %s\n", dir)
+	for _, e := range entries {
+		row, err := runEntry(ctx, c, e, filepath.Join(dir, safe(e.Bug)), out)
+		if err != nil {
+			return res, fmt.Errorf("%s: %w", e.Bug, err)
+		}
+		res.Rows = append(res.Rows, row)
+		switch {
+		case !row.Found:
+			res.Wrong = append(res.Wrong, fmt.Sprintf("%s not found at %s (%s)", e.Bug, e.Buggy, row.Failure))
+		case row.AtFixed != "pass":
+			res.Wrong = append(res.Wrong, fmt.Sprintf("%s fails at its fixed version %s too (%s)", e.Bug, e.Fixed, row.AtFixedFailure))
+		}
+	}
+	res.Wall = Duration(time.Since(start))
+	fmt.Fprintln(out)
+	if err := table(out, res.Rows); err != nil {
+		return res, err
+	}
+	js, err := textout.JSON(res)
+	if err != nil {
+		return res, err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "bugs.json"), js, 0o644); err != nil {
+		return res, err
+	}
+	fmt.Fprintf(out, "all in %s\n", time.Duration(res.Wall).Round(time.Second))
+	if !temp || len(res.Wrong) > 0 {
+		fmt.Fprintf(out, "every row as JSON: %s\n", filepath.Join(dir, "bugs.json"))
+	}
+	return res, nil
+}
+
+// safe makes a bug's name a directory name.
+func safe(bug string) string { return strings.NewReplacer("#", "-", "/", "-").Replace(bug) }
+
+// runEntry runs one entry at its buggy version and, when found, at its fixed one, under dir.
+func runEntry(ctx context.Context, c config, e Entry, dir string, out io.Writer) (Row, error) {
+	row := Row{Bug: e.Bug, Operator: e.Example, Buggy: e.Buggy, Fixed: e.Fixed, FoundBy: e.FoundBy, AtFixed: "not run",
+		Command: "make bugs BUGS='" + e.Bug + "'"}
+	suite := filepath.Join(c.examples, e.Example)
+	focus := regexp.QuoteMeta(e.Spec) + "$"
+	fmt.Fprintf(out, "%s: %s at %s\n", e.Bug, e.Example, e.Buggy)
+	if e.Explore != nil {
+		x, took, err := explore(ctx, c, suite, e.Buggy, filepath.Join(dir, "buggy"),
+			"-focus", focus, "-modes", e.Explore.Modes, "-budget", e.Explore.Budget, "-first")
+		if err != nil {
+			return row, err
+		}
+		row.TimeToFind = Duration(took)
+		i := slices.IndexFunc(x.Rows, func(r exploreRow) bool { return r.Verdict == "fail" })
+		if i < 0 {
+			row.Tried = len(x.Rows)
+			row.Failure = fmt.Sprintf("no failing point in %s", textout.Count(len(x.Rows), "point", "points"))
+			return row, nil
+		}
+		row.Tried, row.Point = i+1, x.Rows[i].Point
+		row.Failure = firstNonEmpty(x.Rows[i].Difference, x.Rows[i].Failure)
+		row.Found = strings.Contains(x.Rows[i].Difference+"\n"+x.Rows[i].Failure, e.Expect)
+		if !row.Found {
+			row.Failure = fmt.Sprintf("the first failing point, %s, failed otherwise than %q: %s", row.Point, e.Expect, row.Failure)
+			return row, nil
+		}
+		fmt.Fprintf(out, "%s: %s at %s, point %s\n", e.Bug, e.Example, e.Fixed, row.Point)
+		fx, _, err := explore(ctx, c, suite, e.Fixed, filepath.Join(dir, "fixed"), "-focus", focus, "-points", row.Point)
+		if err != nil {
+			return row, err
+		}
+		if len(fx.Rows) != 1 {
+			return row, fmt.Errorf("explore at %s ran %d points, want the one it was given", e.Fixed, len(fx.Rows))
+		}
+		row.AtFixed, row.AtFixedFailure = fx.Rows[0].Verdict, firstNonEmpty(fx.Rows[0].Difference, fx.Rows[0].Failure)
+		return row, nil
+	}
+	sr, took, err := spec(ctx, c, suite, e.Buggy, focus, filepath.Join(dir, "buggy"))
+	if err != nil {
+		return row, err
+	}
+	row.TimeToFind = Duration(took)
+	row.Failure = firstLine(sr.Failure.Message)
+	row.Found = sr.State.Is(types.SpecStateFailureStates) && strings.Contains(sr.Failure.Message, e.Expect)
+	if !row.Found {
+		if !sr.State.Is(types.SpecStateFailureStates) {
+			row.Failure = "the spec " + sr.State.String()
+		} else {
+			row.Failure = fmt.Sprintf("the spec failed otherwise than %q: %s", e.Expect, row.Failure)
+		}
+		return row, nil
+	}
+	fmt.Fprintf(out, "%s: %s at %s\n", e.Bug, e.Example, e.Fixed)
+	fr, _, err := spec(ctx, c, suite, e.Fixed, focus, filepath.Join(dir, "fixed"))
+	if err != nil {
+		return row, err
+	}
+	row.AtFixed = "pass"
+	if fr.State.Is(types.SpecStateFailureStates) {
+		row.AtFixed, row.AtFixedFailure = "fail", firstLine(fr.Failure.Message)
+	}
+	return row, nil
+}
+
+// exploreRow is what bugs reads of a row of explore.json.
+type exploreRow struct {
+	Point, Verdict, Failure, Difference string
+}
+
+// explore runs the explore binary on suite at version with args, its runs and explore.json under dir, its
+// output to dir/output.log, and returns explore.json and the run's wall time. Errors: the binary failed
+// (exit 2: bad input, no compile, a failing unperturbed run; its last lines named) or wrote no explore.json.
+func explore(ctx context.Context, c config, suite, version, dir string, args ...string) (struct{ Rows []exploreRow }, time.Duration, error) {
+	var x struct{ Rows []exploreRow }
+	env, err := versionEnv(suite, version)
+	if err != nil {
+		return x, 0, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return x, 0, err
+	}
+	log := filepath.Join(dir, "output.log")
+	bin, err := filepath.Abs(c.explore)
+	if err != nil {
+		return x, 0, err
+	}
+	cmd := exec.Command(bin, append([]string{"-suite", suite, "-report-dir", dir, "-timeout", c.timeout.String()}, args...)...)
+	cmd.Env = append(os.Environ(), env...)
+	began := time.Now()
+	if err := runLogged(ctx, cmd, log); err != nil {
+		return x, 0, fmt.Errorf("explore at %s: %w; %s", version, err, tail(log))
+	}
+	took := time.Since(began)
+	b, err := os.ReadFile(filepath.Join(dir, "explore.json"))
+	if err == nil {
+		err = json.Unmarshal(b, &x)
+	}
+	if err != nil {
+		return x, took, fmt.Errorf("explore at %s wrote no explore.json: %w; %s", version, err, tail(log))
+	}
+	return x, took, nil
+}
+
+// spec runs the example suite at version with the focus alone (go test in its directory), under dir, and
+// returns the one spec's report and the run's wall time (compile included). Errors: no report, or a focus
+// that ran no spec or more than one.
+func spec(ctx context.Context, c config, suite, version, focus, dir string) (types.SpecReport, time.Duration, error) {
+	env, err := versionEnv(suite, version)
+	if err != nil {
+		return types.SpecReport{}, 0, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return types.SpecReport{}, 0, err
+	}
+	report, log := filepath.Join(dir, "suite.json"), filepath.Join(dir, "output.log")
+	cmd := exec.Command("go", "test", "-count=1", "-timeout", (c.timeout + time.Minute).String(), ".",
+		"-args", "-ginkgo.focus="+focus, "-ginkgo.json-report="+report, "-ginkgo.v")
+	cmd.Dir = suite
+	cmd.Env = append(os.Environ(), env...)
+	began := time.Now()
+	err = runLogged(ctx, cmd, log)
+	took := time.Since(began)
+	var exit *exec.ExitError
+	if err != nil && !errors.As(err, &exit) {
+		return types.SpecReport{}, took, err
+	}
+	reports, rerr := ginkgoreport.Read(report)
+	if rerr != nil {
+		return types.SpecReport{}, took, fmt.Errorf("the example at %s wrote no report (%v); %s", version, err, tail(log))
+	}
+	ran := ginkgoreport.Ran(reports)
+	if len(ran) != 1 {
+		return types.SpecReport{}, took, fmt.Errorf("the focus %q ran %s at %s, want the entry's one spec", focus, textout.Count(len(ran), "spec", "specs"), version)
+	}
+	return ran[0], took, nil
+}
+
+// runLogged runs cmd with its output to the file log, stopping it when ctx is done (proc.Run).
+func runLogged(ctx context.Context, cmd *exec.Cmd, log string) error {
+	f, err := os.Create(log)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	cmd.Stdout, cmd.Stderr = f, f
+	return proc.Run(ctx, cmd)
+}
+
+// tail is the last lines of the file log, for an error.
+func tail(log string) string {
+	b, _ := os.ReadFile(log)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return "its output ends: " + strings.Join(lines[max(0, len(lines)-3):], " / ") + " (all of it: " + log + ")"
+}
+
+func firstNonEmpty(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return firstLine(b)
+}
+
+func firstLine(s string) string {
+	l, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	return l
+}
+
+// table prints the rows: bug | operator | buggy | fixed | found by | points tried | time to find | verdict at
+// fixed, then each row's failure, point and rerun command.
+func table(w io.Writer, rows []Row) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', tabwriter.Debug)
+	fmt.Fprintln(tw, "bug\t operator\t buggy\t fixed\t found by\t points tried\t time to find\t verdict at fixed")
+	for _, r := range rows {
+		found := r.FoundBy
+		if !r.Found {
+			found = "NOT FOUND"
+		}
+		tried := "-"
+		if r.Point != "" || r.Tried > 0 {
+			tried = fmt.Sprint(r.Tried)
+		}
+		fmt.Fprintf(tw, "%s\t %s\t %s\t %s\t %s\t %s\t %s\t %s\n", r.Bug, r.Operator, r.Buggy, r.Fixed, found, tried,
+			time.Duration(r.TimeToFind).Round(time.Second), r.AtFixed)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	for _, r := range rows {
+		fmt.Fprintf(w, "\n%s\n  at %s: %s\n", r.Bug, r.Buggy, r.Failure)
+		if r.Point != "" {
+			fmt.Fprintf(w, "  point:  %s\n", r.Point)
+		}
+		if r.AtFixedFailure != "" {
+			fmt.Fprintf(w, "  at %s: %s\n", r.Fixed, r.AtFixedFailure)
+		}
+		fmt.Fprintf(w, "  rerun:  %s\n", r.Command)
+	}
+	return nil
+}
