@@ -150,14 +150,22 @@ REPEAT ?=
 SUITE ?=
 LAG ?=
 FIRST ?=
+SHARD ?=
+MERGE ?=
 EXPLORE_JOBS ?= 1
 
 .PHONY: explore
-explore: envtest-assets $(BIN)/explore ## Perturb the FOCUS=<spec regexp> specs one point at a time and compare with their unperturbed runs: point | mode | verdict | first difference, a rerun command per failing point (MODES=a,b|all, BUDGET=40|20m, POINTS=, REPEAT=n, SUITE=examples/kuberay, LAG=15s, FIRST=1 stops at the first failing point, EXPLORE_JOBS=1, REPORT_DIR=dir).
+explore: envtest-assets $(BIN)/explore ## Perturb the FOCUS=<spec regexp> specs one point at a time and compare with their unperturbed runs: point | mode | verdict | first difference, a rerun command per failing point (MODES=a,b|all, BUDGET=40|20m, POINTS=, REPEAT=n, SUITE=examples/kuberay, LAG=15s, FIRST=1 stops at the first failing point, SHARD=i/n runs a part, EXPLORE_JOBS=1, REPORT_DIR=dir).
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(BIN)/explore -focus "$$FOCUS" -j $(EXPLORE_JOBS) -timeout $(SUITE_TIMEOUT) \
 	  $(if $(MODES),-modes "$$MODES") $(if $(BUDGET),-budget "$(BUDGET)") $(if $(POINTS),-points "$$POINTS") \
-	  $(if $(REPEAT),-repeat "$(REPEAT)") $(if $(SUITE),-suite "$(SUITE)") $(if $(LAG),-lag "$(LAG)") $(if $(FIRST),-first) \
+	  $(if $(REPEAT),-repeat "$(REPEAT)") $(if $(SUITE),-suite "$(SUITE)") $(if $(LAG),-lag "$(LAG)") $(if $(FIRST),-first) $(if $(SHARD),-shard "$(SHARD)") \
 	  $(if $(REPORT_DIR),-report-dir $(abspath $(REPORT_DIR)))
+
+EXPLORE_MERGE_NEEDS = make explore-merge: pass MERGE='<shard dir>/explore.json ...', every shard's, and REPORT_DIR=<dir> for the joined explore.json
+.PHONY: explore-merge
+explore-merge: $(BIN)/explore ## Join the explore.json of every shard of one make explore run (MERGE='a/explore.json b/explore.json', REPORT_DIR=dir) into one table and explore.json.
+	$(if $(MERGE),,$(error $(EXPLORE_MERGE_NEEDS)))$(if $(REPORT_DIR),,$(error $(EXPLORE_MERGE_NEEDS)))
+	$(BIN)/explore -merge "$$MERGE" -report-dir $(abspath $(REPORT_DIR))
 
 # mutate: the scenario suite's mutation score over one reference operator package. gremlins finds the mutants
 # (a dry run); internal/cmd/mutate runs them, since gremlins itself only runs the mutated package's own tests

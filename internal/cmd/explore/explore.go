@@ -98,6 +98,8 @@ type SpecPoint struct {
 	// perturb.Nth the enumeration made for the pair), or for a change trigger how many changes its object had
 	// (the largest perturb.Change); 0 for a point given with -points.
 	Writes int
+	// Index is the point's place among all the points the run takes (all its shards'), from 0.
+	Index int
 }
 
 // trigger is p's count: its n-th write or its n-th change (0 for the other triggers).
@@ -736,6 +738,8 @@ func rerun(suite, desc, spec, point string) string {
 
 // Row is one point's line of the result: the point on a spec, its runs (-repeat of them) and their verdict.
 type Row struct {
+	// Index is the point's place in the whole run (all its shards), from 0.
+	Index int
 	Spec  string
 	Point string
 	Mode  perturb.Mode
@@ -759,9 +763,16 @@ func (d Duration) MarshalText() ([]byte, error) {
 	return []byte(time.Duration(d).Round(100 * time.Millisecond).String()), nil
 }
 
+// UnmarshalText reads what MarshalText writes, for -merge. Errors: time.ParseDuration's.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	*d = Duration(v)
+	return err
+}
+
 // combine makes a point's row from its runs' outcomes (at least one).
 func combine(sp SpecPoint, outs []Outcome) Row {
-	row := Row{Spec: sp.Spec, Point: sp.Point.String(), Mode: sp.Point.Mode, Outcome: outs[0], Agree: true}
+	row := Row{Index: sp.Index, Spec: sp.Spec, Point: sp.Point.String(), Mode: sp.Point.Mode, Outcome: outs[0], Agree: true}
 	for _, o := range outs {
 		row.Verdicts = append(row.Verdicts, o.Verdict)
 		row.Agree = row.Agree && o.Verdict == outs[0].Verdict

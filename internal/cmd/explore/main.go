@@ -5,7 +5,8 @@
 // Usage (from the module root, with KUBEBUILDER_ASSETS set; `make explore` does both):
 //
 //	go run ./internal/cmd/explore -focus REGEXP [-suite ./scenarios/] [-modes conflict,timeout,...|all]
-//	    [-budget 40|20m] [-lag 15s] [-first] [-points 'POINT ...'] [-repeat N] [-j 1] [-report-dir DIR] [-timeout 20m]
+//	    [-budget 40|20m] [-lag 15s] [-first] [-points 'POINT ...'] [-shard i/n] [-repeat N] [-j 1] [-report-dir DIR] [-timeout 20m]
+//	go run ./internal/cmd/explore -merge 'DIR/explore.json ...' -report-dir DIR
 //
 // It compiles the suite's test binary once (go test -c in the suite's directory, so a suite that is a Go
 // module of its own, such as ./examples/kuberay, builds too) and runs it:
@@ -36,6 +37,11 @@
 // under -report-dir; without it, under a new temporary directory, named in the output, kept when a point
 // failed, erred or disagreed with itself (or a baseline failed) and removed otherwise, or on interrupt.
 //
+// -shard i/n runs the i-th of n parts of the points the budget takes (every n-th, from the i-th), after the
+// same unperturbed runs; each row keeps its place in the whole run (Row.Index). -merge joins the explore.json
+// of every shard of one run into one table and one explore.json under -report-dir, as one run of the whole
+// budget would have made them; it refuses files that are not all the shards of one run.
+//
 // Exit 0 when the exploration ran, whatever the verdicts (a failing point is a finding, not an error of the
 // command); exit 2 with one line on bad input, a suite that does not compile, or a baseline that fails.
 // SIGINT or SIGTERM stops the runs (proc.Run), prints the points that ended and exits 0.
@@ -44,6 +50,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -53,6 +60,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -73,6 +81,8 @@ type config struct {
 	timeout, lag                                   time.Duration
 	// first stops taking points once one has failed.
 	first bool
+	// shard is -shard ("i/n", "" for all the points); merge is -merge's explore.json files.
+	shard, merge string
 	// bin is a compiled test binary of suite to run instead of compiling one (the tests' fake suite).
 	bin string
 }
@@ -85,6 +95,8 @@ func main() {
 	flag.StringVar(&c.budget, "budget", "40", "how many enumerated points run: a number, or a duration such as 20m")
 	flag.DurationVar(&c.lag, "lag", defaultLag, "how long the lagged stale points hold their object from the writer's manager (0: none)")
 	flag.BoolVar(&c.first, "first", false, "stop taking points once one fails (the points under way finish): how many points it took to find something")
+	flag.StringVar(&c.shard, "shard", "", "run the i-th of n parts of the points, as i/n (a matrix job each; -merge joins them)")
+	flag.StringVar(&c.merge, "merge", "", "join these shards' explore.json files (separated by spaces) into one table and explore.json under -report-dir, running nothing")
 	flag.StringVar(&c.points, "points", "", "run these points (perturb.Parse's form, separated by spaces) on every focused spec instead of enumerating; -budget does not apply")
 	flag.IntVar(&c.repeat, "repeat", 1, "run each point this many times and report whether the verdicts agree")
 	flag.IntVar(&c.jobs, "j", 1, "point runs at once")
@@ -92,6 +104,12 @@ func main() {
 	flag.DurationVar(&c.timeout, "timeout", 20*time.Minute, "each run's -test.timeout")
 	if err := cmdline.Parse(flag.CommandLine, os.Args[1:], makeVars); err != nil {
 		fail(err)
+	}
+	if strings.TrimSpace(c.merge) != "" {
+		if _, err := mergeShards(strings.Fields(c.merge), c.reportDir, os.Stdout); err != nil {
+			fail(err)
+		}
+		return
 	}
 	if _, err := check(c); err != nil {
 		fail(err)
@@ -115,7 +133,8 @@ func fail(err error) {
 
 // makeVars are the make variables that set the flags.
 var makeVars = map[string]string{"suite": "SUITE", "focus": "FOCUS", "modes": "MODES", "budget": "BUDGET", "points": "POINTS",
-	"repeat": "REPEAT", "j": "EXPLORE_JOBS", "report-dir": "REPORT_DIR", "timeout": "SUITE_TIMEOUT", "lag": "LAG", "first": "FIRST"}
+	"repeat": "REPEAT", "j": "EXPLORE_JOBS", "report-dir": "REPORT_DIR", "timeout": "SUITE_TIMEOUT", "lag": "LAG", "first": "FIRST",
+	"shard": "SHARD", "merge": "MERGE"}
 
 // plan is the command line, read.
 type plan struct {
@@ -123,6 +142,8 @@ type plan struct {
 	budget Budget
 	// lag is -lag: the hold of the lagged stale points (0: none are made).
 	lag time.Duration
+	// shard, of, are -shard's i and n (1 and 1 without it).
+	shard, of int
 	// points are -points' (nil: enumerate).
 	points []perturb.Point
 }
@@ -158,6 +179,9 @@ func check(c config) (plan, error) {
 	if c.timeout <= 0 {
 		return p, fmt.Errorf("-timeout (make's SUITE_TIMEOUT) is %s: pass each run's limit, such as 20m", c.timeout)
 	}
+	if p.shard, p.of, err = parseShard(c.shard); err != nil {
+		return p, err
+	}
 	if c.lag < 0 {
 		return p, fmt.Errorf("-lag (make's LAG) is %s: pass how long a lagged stale point holds, such as 15s, or 0 for none", c.lag)
 	}
@@ -170,6 +194,8 @@ type Exploration struct {
 	Suite, Focus string
 	Modes        []perturb.Mode `json:",omitempty"`
 	Budget       string         `json:",omitempty"`
+	// Shard is -shard's i/n when the run was one part of the points; empty for a whole run.
+	Shard string `json:",omitempty"`
 	// Existed is how many points the enumeration made; Ran how many of them (or of -points, per spec) ran.
 	Existed, Ran int
 	// Baselines are the two unperturbed runs' record directories.
@@ -215,6 +241,13 @@ func run(ctx context.Context, c config, out io.Writer) (Exploration, error) {
 		return x, err
 	}
 	todo, smp := choosePoints(p, records, second, &x, out)
+	todo = shardOf(todo, p.shard, p.of)
+	if p.of > 1 {
+		x.Shard = fmt.Sprintf("%d/%d", p.shard, p.of)
+		if smp == nil {
+			fmt.Fprintf(out, "shard %s runs %s of them\n", x.Shard, textout.Count(len(todo), "point", "points"))
+		}
+	}
 	took, pointsStart := runPoints(ctx, c, r, p, &x, todo, smp, desc, out)
 	x.Ran = len(x.Rows)
 	x.Wall = Duration(time.Since(start))
@@ -351,6 +384,7 @@ func runPoints(ctx context.Context, c config, r *runner, p plan, x *Exploration,
 	// the budget lasts; with -first none after a point failed.
 	var mu sync.Mutex
 	failed := false
+	handed := 0 // points the sampler handed out, this shard's and the others'
 	next := func() (SpecPoint, int, bool) {
 		mu.Lock()
 		defer mu.Unlock()
@@ -361,9 +395,15 @@ func runPoints(ctx context.Context, c config, r *runner, p plan, x *Exploration,
 		case smp == nil && len(x.Rows) < len(todo):
 			sp = todo[len(x.Rows)]
 		case smp != nil && (len(x.Rows) == 0 || time.Since(pointsStart) < p.budget.Time): // the first always runs
-			var ok bool
-			if sp, ok = smp.next(); !ok {
-				return sp, 0, false
+			for {
+				var ok bool
+				if sp, ok = smp.next(); !ok {
+					return sp, 0, false
+				}
+				sp.Index, handed = handed, handed+1
+				if sp.Index%p.of == p.shard-1 {
+					break
+				}
 			}
 		default:
 			return sp, 0, false
@@ -717,4 +757,126 @@ func (res runResult) judge(spec string) Outcome {
 		}
 	}
 	return o
+}
+
+// parseShard reads -shard: "" (the whole run, part 1 of 1) or i/n with 1 <= i <= n. Errors: anything else.
+func parseShard(s string) (i, n int, err error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return 1, 1, nil
+	}
+	a, b, ok := strings.Cut(s, "/")
+	i, e1 := strconv.Atoi(a)
+	n, e2 := strconv.Atoi(b)
+	if !ok || e1 != nil || e2 != nil || n < 1 || i < 1 || i > n {
+		return 0, 0, fmt.Errorf("-shard (make's SHARD) %q is not i/n with 1 <= i <= n, such as 1/4", s)
+	}
+	return i, n, nil
+}
+
+// shardOf keeps part i of n of todo (1 of 1: all of it): every n-th point from the i-th (1-based), each
+// with its Index in todo.
+func shardOf(todo []SpecPoint, i, n int) []SpecPoint {
+	var out []SpecPoint
+	for j, sp := range todo {
+		if j%n == i-1 {
+			sp.Index = j
+			out = append(out, sp)
+		}
+	}
+	return out
+}
+
+// mergeShards joins the explore.json files of every shard of one run (paths) into one Exploration, prints
+// its table and report, and writes it to reportDir/explore.json. Errors: no reportDir, a file that cannot be
+// read or is not an explore.json, files that are not each shard of one run exactly once (another suite,
+// focus, modes, budget or enumeration, a shard missing or given twice), two rows at one place.
+func mergeShards(paths []string, reportDir string, out io.Writer) (Exploration, error) {
+	var x Exploration
+	if reportDir == "" {
+		return x, errors.New("-merge needs -report-dir (make's REPORT_DIR): the directory the joined explore.json goes to")
+	}
+	seen := map[int]string{}
+	n := 0
+	for _, path := range paths {
+		var part Exploration
+		b, err := os.ReadFile(path)
+		if err == nil {
+			err = json.Unmarshal(b, &part)
+		}
+		if err != nil {
+			return x, fmt.Errorf("-merge: %s is not an explore.json: %v", path, err)
+		}
+		i, of, err := parseShard(part.Shard)
+		if err != nil || part.Shard == "" {
+			return x, fmt.Errorf("-merge: %s is not a shard's (it ran with no -shard)", path)
+		}
+		switch {
+		case n == 0:
+			n = of
+			x = Exploration{Suite: part.Suite, Focus: part.Focus, Modes: part.Modes, Budget: part.Budget, Existed: part.Existed}
+		case of != n:
+			return x, fmt.Errorf("-merge: %s is shard %s, of %d shards, not %d", path, part.Shard, of, n)
+		case part.Suite != x.Suite || part.Focus != x.Focus || part.Budget != x.Budget || part.Existed != x.Existed ||
+			!slices.Equal(part.Modes, x.Modes):
+			return x, fmt.Errorf("-merge: %s is a shard of another run (suite %s, focus %q, modes %v, budget %s, %d points) than %s",
+				path, part.Suite, part.Focus, part.Modes, part.Budget, part.Existed, seen[firstKey(seen)])
+		}
+		if other, ok := seen[i]; ok {
+			return x, fmt.Errorf("-merge: %s and %s are both shard %s", other, path, part.Shard)
+		}
+		seen[i] = path
+		x.Baselines = append(x.Baselines, part.Baselines...)
+		x.Rows = append(x.Rows, part.Rows...)
+		x.Wall = max(x.Wall, part.Wall)
+	}
+	for i := 1; i <= n; i++ {
+		if _, ok := seen[i]; !ok {
+			return x, fmt.Errorf("-merge: shard %d/%d is missing: pass the explore.json of every shard", i, n)
+		}
+	}
+	slices.SortStableFunc(x.Rows, func(a, b Row) int { return a.Index - b.Index })
+	for k := 1; k < len(x.Rows); k++ {
+		if x.Rows[k].Index == x.Rows[k-1].Index {
+			return x, fmt.Errorf("-merge: two shards ran the point at place %d (%s and %s)", x.Rows[k].Index, x.Rows[k-1].Point, x.Rows[k].Point)
+		}
+	}
+	x.Ran = len(x.Rows)
+	fmt.Fprintf(out, "%s of %s joined\n", textout.Count(n, "shard", "shards"), x.Suite)
+	if err := table(out, x.Rows); err != nil {
+		return x, err
+	}
+	var took []time.Duration
+	repeat := 1
+	for _, r := range x.Rows {
+		for _, d := range r.Took {
+			took = append(took, time.Duration(d))
+		}
+		repeat = max(repeat, len(r.Verdicts))
+	}
+	report(out, x, took, time.Duration(x.Wall), repeat)
+	if err := os.MkdirAll(reportDir, 0o755); err != nil {
+		return x, err
+	}
+	js, err := textout.JSON(x)
+	if err != nil {
+		return x, err
+	}
+	path := filepath.Join(reportDir, "explore.json")
+	if err := os.WriteFile(path, js, 0o644); err != nil {
+		return x, err
+	}
+	fmt.Fprintf(out, "every row as JSON: %s\n", path)
+	return x, nil
+}
+
+// firstKey is the smallest key of m, for naming the first shard read.
+func firstKey(m map[int]string) int {
+	k := -1
+	for i := range m {
+		if k < 0 || i < k {
+			k = i
+		}
+	}
+	return k
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -180,6 +182,65 @@ func TestRunWithAFakeSuite(t *testing.T) {
 	c.points, c.budget, c.reportDir = "", "1ns", filepath.Join(dir, "out3")
 	if x, err = run(context.Background(), c, &out); err != nil || len(x.Rows) != 1 {
 		t.Errorf("a time budget: %v, %d rows\n%s", err, len(x.Rows), out.String())
+	}
+}
+
+// Two shards run apart and merged make the rows of one whole run with the same budget: the same points in
+// the same order, with the same verdicts.
+func TestShardsMergeIntoTheWholeRun(t *testing.T) {
+	dir, bin := fake(t)
+	c := config{suite: dir, bin: bin, focus: "scales", modes: "conflict,restart", budget: "5", repeat: 1, jobs: 1, timeout: time.Minute}
+	rows := func(x Exploration) []string {
+		var out []string
+		for _, r := range x.Rows {
+			out = append(out, fmt.Sprintf("%d %s %s", r.Index, r.Point, r.Verdict))
+		}
+		return out
+	}
+	var out bytes.Buffer
+	c.reportDir = filepath.Join(dir, "whole")
+	whole, err := run(context.Background(), c, &out)
+	if err != nil {
+		t.Fatalf("the whole run: %v\n%s", err, out.String())
+	}
+	var files []string
+	for _, s := range []string{"2/2", "1/2"} {
+		out.Reset()
+		c.shard, c.reportDir = s, filepath.Join(dir, "shard-"+s[:1])
+		x, err := run(context.Background(), c, &out)
+		if err != nil || x.Shard != s || len(x.Rows) == 0 || len(x.Rows) >= len(whole.Rows) {
+			t.Fatalf("shard %s: %v, %d rows of %d\n%s", s, err, len(x.Rows), len(whole.Rows), out.String())
+		}
+		files = append(files, filepath.Join(c.reportDir, "explore.json"))
+	}
+	out.Reset()
+	merged, err := mergeShards(files, filepath.Join(dir, "merged"), &out)
+	if err != nil {
+		t.Fatalf("merge: %v\n%s", err, out.String())
+	}
+	if got, want := rows(merged), rows(whole); !reflect.DeepEqual(got, want) {
+		t.Errorf("merged rows\n%s\nwant the whole run's\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if !strings.Contains(out.String(), "5 of 6 points ran: 2 pass, 1 fail, 2 not reached, 0 error") {
+		t.Errorf("the merge's report:\n%s", out.String())
+	}
+	if _, err := os.Stat(filepath.Join(dir, "merged", "explore.json")); err != nil {
+		t.Errorf("the merge wrote no explore.json: %v", err)
+	}
+	for _, tc := range []struct {
+		files []string
+		dir   string
+		want  string
+	}{
+		{files[:1], filepath.Join(dir, "m1"), "shard 1/2 is missing"},
+		{[]string{files[0], files[0]}, filepath.Join(dir, "m2"), "are both shard 2/2"},
+		{[]string{files[0], filepath.Join(dir, "whole", "explore.json")}, filepath.Join(dir, "m3"), "is not a shard's"},
+		{files, "", "-merge needs -report-dir"},
+		{[]string{filepath.Join(dir, "none.json")}, filepath.Join(dir, "m4"), "is not an explore.json"},
+	} {
+		if _, err := mergeShards(tc.files, tc.dir, io.Discard); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("merge %q: err = %v, want %q", tc.files, err, tc.want)
+		}
 	}
 }
 
