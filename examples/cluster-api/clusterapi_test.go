@@ -3,6 +3,7 @@ package clusterapi
 import (
 	"net/http"
 	"os"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -17,7 +18,22 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	"github.com/ensembletest/ensemble/suite"
 )
+
+// TestVersionIsTheResolvedModule: the module directory go list resolves in the test's directory is the one
+// of the version the wiring names, so the CRDs and webhook manifests the suite installs are the ones of the
+// controllers it runs.
+func TestVersionIsTheResolvedModule(t *testing.T) {
+	dir, err := suite.ModuleDir(Module)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "cluster-api@" + Version; filepath.Base(dir) != want {
+		t.Errorf("go list resolves %s to %s, want a directory %s: Version and go.mod disagree", Module, dir, want)
+	}
+}
 
 func TestModuleFilesExist(t *testing.T) {
 	crds, err := CRDPath()
