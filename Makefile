@@ -68,15 +68,19 @@ test: envtest-assets browser $(GINKGO) ## Unit tests, the scenario suite and the
 
 # Each example is a public operator, unmodified at a pinned version, in a Go module of its own (its
 # dependencies stay out of ensemble's go.mod). EXAMPLES picks some (EXAMPLES=kueue); make test runs them all.
+# An example at another version is a module in a directory named after it under the example's
+# (examples/cluster-api/v1.13.5/, whose other files link the example's, so the specs are one source): it is
+# named example@version (EXAMPLES=cluster-api@v1.13.5) and make test leaves it out.
 EXAMPLES ?= kuberay kueue cluster-api
 .PHONY: example
-example: envtest-assets ## The examples, verbose: KubeRay v1.5.0, Kueue v0.17.0 and cluster-api v1.14.2, unmodified under ensemble (EXAMPLES=kueue runs one).
-	@known="$$(cd examples && ls -d */ | tr -d / | tr '\n' ' ' | sed 's/ $$//')"; \
+example: envtest-assets ## The examples, verbose: KubeRay v1.5.0, Kueue v0.17.0 and cluster-api v1.14.2, unmodified under ensemble (EXAMPLES=kueue runs one; EXAMPLES=cluster-api@v1.13.5 the same specs at another version).
+	@known="$$(cd examples && { ls -d */ | tr -d /; for m in */v*/go.mod; do [ -e "$$m" ] || continue; d="$${m%/go.mod}"; echo "$${d%%/*}@$${d#*/}"; done; } | sort | tr '\n' ' ' | sed 's/ $$//')"; \
 	[ -n "$(strip $(EXAMPLES))" ] || { echo "make example: EXAMPLES is empty: name one or more of $$known" >&2; exit 2; }; \
 	for e in $(EXAMPLES); do case " $$known " in *" $$e "*) ;; *) echo "make example: no example $$e (there are: $$known)" >&2; exit 2;; esac; done
 	@for e in $(EXAMPLES); do \
-	  echo "== examples/$$e"; \
-	  (cd examples/$$e && KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -count=1 -timeout $(SUITE_TIMEOUT) -v ./... -args -ginkgo.v) || exit 1; \
+	  d="examples/$${e/@//}"; \
+	  echo "== $$d"; \
+	  (cd $$d && KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -count=1 -timeout $(SUITE_TIMEOUT) -v ./... -args -ginkgo.v) || exit 1; \
 	done
 
 .PHONY: test-suite

@@ -154,9 +154,11 @@ func finish(c *suite.Case) {
 func withWorkers(c *suite.Case, cluster string, replicas int32) (*clusterv1.Cluster, []clusterv1.Machine) {
 	GinkgoHelper()
 	// The MachineDeployment controller applies each MachineSet with its finalizers carried over ("Preserve all
-	// existing finalizers", core/reconcilers/machinedeployment/machinedeployment_rollout_planner.go:260-261),
-	// so its field manager co-owns the MachineSet controller's own finalizer, which that controller adds
-	// (core/reconcilers/machineset/machineset_controller.go:201): shared on purpose.
+	// existing finalizers", core/reconcilers/machinedeployment/machinedeployment_rollout_planner.go:260-261 at
+	// v1.14.2, internal/controllers/machinedeployment/ at v1.13.5), so its field manager co-owns the MachineSet
+	// controller's own finalizer, which that controller adds (core/reconcilers/machineset/
+	// machineset_controller.go:201 at v1.14.2, internal/controllers/machineset/machineset_controller.go:189 at
+	// v1.13.5): shared on purpose.
 	c.AllowSharedField(suite.Objects{Kind: "MachineSet", OwnerKind: "MachineDeployment"}, "metadata.finalizers[cluster.x-k8s.io/machineset]",
 		"the MachineDeployment controller's apply carries the MachineSet's finalizers over (machinedeployment_rollout_planner.go:260-261)")
 	cl, _ := provisionCluster(c, cluster)

@@ -28,7 +28,7 @@ var s *suite.Suite
 // TestClusterAPI runs the Ginkgo suite of cluster-api's core controllers under ensemble.
 func TestClusterAPI(t *testing.T) {
 	RegisterFailHandler(Fail)
-	RunSpecs(t, "ensemble: cluster-api v1.14.2")
+	RunSpecs(t, "ensemble: cluster-api "+clusterapi.Version)
 }
 
 // noPins is the defect catalog: no cluster-api defect is pinned, so every KnownDefect reference is unknown.

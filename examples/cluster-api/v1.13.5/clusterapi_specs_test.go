@@ -1,0 +1,1 @@
+../clusterapi_specs_test.go

@@ -1,0 +1,1 @@
+../clusterapi_test.go
