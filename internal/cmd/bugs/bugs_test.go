@@ -5,14 +5,13 @@ import (
 	"context"
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
 	"time"
 )
 
-// example writes an example module at dir/name whose go.mod requires op at v1.1.0, with a go.<v>.mod for
-// each of others.
+// example writes an example module at dir/name whose go.mod requires op at v1.1.0, with a version
+// directory holding a go.mod for each of others.
 func example(t *testing.T, dir, name string, others ...string) {
 	t.Helper()
 	d := filepath.Join(dir, name)
@@ -26,29 +25,29 @@ func example(t *testing.T, dir, name string, others ...string) {
 	}
 	write("go.mod", "module x\n\nrequire (\n\texample.com/op v1.1.0\n\texample.com/other v2.0.0 // indirect\n)\n")
 	for _, v := range others {
-		write("go."+v+".mod", "module x\n")
+		if err := os.MkdirAll(filepath.Join(d, v), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		write(filepath.Join(v, "go.mod"), "module x\n")
 	}
 }
 
-func TestVersionEnv(t *testing.T) {
+func TestSuiteDir(t *testing.T) {
 	dir := t.TempDir()
 	example(t, dir, "op", "v1.0.0")
-	for v, want := range map[string][]string{
-		"v1.1.0": nil,
-		"v1.0.0": {"GOFLAGS=-modfile=go.v1.0.0.mod -tags=v1.0.0"},
-	} {
-		got, err := versionEnv(filepath.Join(dir, "op"), v)
-		if err != nil || !reflect.DeepEqual(got, want) {
-			t.Errorf("versionEnv(%s) = %q, %v; want %q", v, got, err, want)
+	op := filepath.Join(dir, "op")
+	for v, want := range map[string]string{"v1.1.0": op, "v1.0.0": filepath.Join(op, "v1.0.0")} {
+		if got, err := suiteDir(op, v); err != nil || got != want {
+			t.Errorf("suiteDir(%s) = %q, %v; want %q", v, got, err, want)
 		}
 	}
 	for _, c := range []struct{ dir, version, want string }{
-		{"op", "v0.9.0", "runs no version v0.9.0: its go.mod requires another, and there is no go.v0.9.0.mod (there are: go.mod's, v1.0.0)"},
+		{"op", "v0.9.0", "runs no version v0.9.0: its go.mod requires another, and there is no v0.9.0/go.mod (there are: go.mod's, v1.0.0)"},
 		{"op", "v1.1", "runs no version v1.1"},
 		{"none", "v1.0.0", "no example at"},
 	} {
-		if _, err := versionEnv(filepath.Join(dir, c.dir), c.version); err == nil || !strings.Contains(err.Error(), c.want) {
-			t.Errorf("versionEnv(%s, %s) = %v, want %q", c.dir, c.version, err, c.want)
+		if _, err := suiteDir(filepath.Join(dir, c.dir), c.version); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("suiteDir(%s, %s) = %v, want %q", c.dir, c.version, err, c.want)
 		}
 	}
 }

@@ -21,8 +21,8 @@ type Entry struct {
 	// Summary says in one line what goes wrong, in the operator's words.
 	Summary string `json:"summary"`
 	// Example is the directory under examples/ that runs the operator; Buggy and Fixed are the operator's
-	// versions (a version that is not the one the example's go.mod requires is read from go.<version>.mod,
-	// with the build tag <version>, as `make example EXAMPLES=<example>@<version>` runs it).
+	// versions (a version other than the one the example's go.mod requires runs from the example's
+	// directory <version>, as `make example EXAMPLES=<example>@<version>` runs it).
 	Example string `json:"example"`
 	Buggy   string `json:"buggy"`
 	Fixed   string `json:"fixed"`
@@ -51,7 +51,7 @@ var entryID = regexp.MustCompile(`^[a-z0-9-]+#[0-9]+$`)
 
 // readCatalog reads the catalog at path and checks every entry. Errors: an unreadable file, YAML that is
 // not a list of entries (naming the field), an entry without its fields, an example directory that does not
-// exist, a version the example cannot run (see versionEnv), two entries with one Bug, each naming the entry.
+// exist, a version the example cannot run (see suiteDir), two entries with one Bug, each naming the entry.
 func readCatalog(path, examples string) ([]Entry, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -95,32 +95,33 @@ func (e Entry) check(examples string) error {
 		}
 	}
 	for _, v := range []string{e.Buggy, e.Fixed} {
-		if _, err := versionEnv(filepath.Join(examples, e.Example), v); err != nil {
+		if _, err := suiteDir(filepath.Join(examples, e.Example), v); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// versionEnv is the environment that runs the example in dir at version: none for the version its go.mod
-// requires, GOFLAGS naming go.<version>.mod and the build tag <version> for another one. Errors: no such
-// example, or a version neither go.mod nor a go.<version>.mod file gives (naming the versions there are).
-func versionEnv(dir, version string) ([]string, error) {
+// suiteDir is the directory that runs the example in dir at version: dir itself for the version its go.mod
+// requires, dir/<version> for another (a module of its own whose go.mod requires that version, its files
+// the example's, as `make example EXAMPLES=<example>@<version>` runs it). Errors: no such example, or a
+// version neither go.mod nor a version directory gives (naming the versions there are).
+func suiteDir(dir, version string) (string, error) {
 	gomod, err := os.ReadFile(filepath.Join(dir, "go.mod"))
 	if err != nil {
-		return nil, fmt.Errorf("no example at %s (its go.mod: %w)", dir, err)
+		return "", fmt.Errorf("no example at %s (its go.mod: %w)", dir, err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "go."+version+".mod")); err == nil {
-		return []string{"GOFLAGS=-modfile=go." + version + ".mod -tags=" + version}, nil
+	if _, err := os.Stat(filepath.Join(dir, version, "go.mod")); err == nil {
+		return filepath.Join(dir, version), nil
 	}
 	if regexp.MustCompile(`(?m)^\s*\S+ ` + regexp.QuoteMeta(version) + `(\s|$)`).Match(gomod) {
-		return nil, nil
+		return dir, nil
 	}
-	others, _ := filepath.Glob(filepath.Join(dir, "go.*.mod"))
+	others, _ := filepath.Glob(filepath.Join(dir, "*", "go.mod"))
 	for i, o := range others {
-		others[i] = strings.TrimSuffix(strings.TrimPrefix(filepath.Base(o), "go."), ".mod")
+		others[i] = filepath.Base(filepath.Dir(o))
 	}
-	return nil, fmt.Errorf("%s runs no version %s: its go.mod requires another, and there is no go.%s.mod (there are: %s)",
+	return "", fmt.Errorf("%s runs no version %s: its go.mod requires another, and there is no %s/go.mod (there are: %s)",
 		dir, version, version, strings.Join(append([]string{"go.mod's"}, others...), ", "))
 }
 

@@ -189,11 +189,11 @@ func safe(bug string) string { return strings.NewReplacer("#", "-", "/", "-").Re
 func runEntry(ctx context.Context, c config, e Entry, dir string, out io.Writer) (Row, error) {
 	row := Row{Bug: e.Bug, Operator: e.Example, Buggy: e.Buggy, Fixed: e.Fixed, FoundBy: e.FoundBy, AtFixed: "not run",
 		Command: "make bugs BUGS='" + e.Bug + "'"}
-	suite := filepath.Join(c.examples, e.Example)
+	example := filepath.Join(c.examples, e.Example)
 	focus := regexp.QuoteMeta(e.Spec) + "$"
 	fmt.Fprintf(out, "%s: %s at %s\n", e.Bug, e.Example, e.Buggy)
 	if e.Explore != nil {
-		x, took, err := explore(ctx, c, suite, e.Buggy, filepath.Join(dir, "buggy"),
+		x, took, err := explore(ctx, c, example, e.Buggy, filepath.Join(dir, "buggy"),
 			"-focus", focus, "-modes", e.Explore.Modes, "-budget", e.Explore.Budget, "-first")
 		if err != nil {
 			return row, err
@@ -213,7 +213,7 @@ func runEntry(ctx context.Context, c config, e Entry, dir string, out io.Writer)
 			return row, nil
 		}
 		fmt.Fprintf(out, "%s: %s at %s, point %s\n", e.Bug, e.Example, e.Fixed, row.Point)
-		fx, _, err := explore(ctx, c, suite, e.Fixed, filepath.Join(dir, "fixed"), "-focus", focus, "-points", row.Point)
+		fx, _, err := explore(ctx, c, example, e.Fixed, filepath.Join(dir, "fixed"), "-focus", focus, "-points", row.Point)
 		if err != nil {
 			return row, err
 		}
@@ -223,7 +223,7 @@ func runEntry(ctx context.Context, c config, e Entry, dir string, out io.Writer)
 		row.AtFixed, row.AtFixedFailure = fx.Rows[0].Verdict, firstNonEmpty(fx.Rows[0].Difference, fx.Rows[0].Failure)
 		return row, nil
 	}
-	sr, took, err := spec(ctx, c, suite, e.Buggy, focus, filepath.Join(dir, "buggy"))
+	sr, took, err := spec(ctx, c, example, e.Buggy, focus, filepath.Join(dir, "buggy"))
 	if err != nil {
 		return row, err
 	}
@@ -239,7 +239,7 @@ func runEntry(ctx context.Context, c config, e Entry, dir string, out io.Writer)
 		return row, nil
 	}
 	fmt.Fprintf(out, "%s: %s at %s\n", e.Bug, e.Example, e.Fixed)
-	fr, _, err := spec(ctx, c, suite, e.Fixed, focus, filepath.Join(dir, "fixed"))
+	fr, _, err := spec(ctx, c, example, e.Fixed, focus, filepath.Join(dir, "fixed"))
 	if err != nil {
 		return row, err
 	}
@@ -255,12 +255,12 @@ type exploreRow struct {
 	Point, Verdict, Failure, Difference string
 }
 
-// explore runs the explore binary on suite at version with args, its runs and explore.json under dir, its
+// explore runs the explore binary on the example at version with args, its runs and explore.json under dir, its
 // output to dir/output.log, and returns explore.json and the run's wall time. Errors: the binary failed
 // (exit 2: bad input, no compile, a failing unperturbed run; its last lines named) or wrote no explore.json.
-func explore(ctx context.Context, c config, suite, version, dir string, args ...string) (struct{ Rows []exploreRow }, time.Duration, error) {
+func explore(ctx context.Context, c config, example, version, dir string, args ...string) (struct{ Rows []exploreRow }, time.Duration, error) {
 	var x struct{ Rows []exploreRow }
-	env, err := versionEnv(suite, version)
+	suite, err := suiteDir(example, version)
 	if err != nil {
 		return x, 0, err
 	}
@@ -273,7 +273,6 @@ func explore(ctx context.Context, c config, suite, version, dir string, args ...
 		return x, 0, err
 	}
 	cmd := exec.Command(bin, append([]string{"-suite", suite, "-report-dir", dir, "-timeout", c.timeout.String()}, args...)...)
-	cmd.Env = append(os.Environ(), env...)
 	began := time.Now()
 	if err := runLogged(ctx, cmd, log); err != nil {
 		return x, 0, fmt.Errorf("explore at %s: %w; %s", version, err, tail(log))
@@ -289,11 +288,11 @@ func explore(ctx context.Context, c config, suite, version, dir string, args ...
 	return x, took, nil
 }
 
-// spec runs the example suite at version with the focus alone (go test in its directory), under dir, and
+// spec runs the example at version with the focus alone (go test in its directory), under dir, and
 // returns the one spec's report and the run's wall time (compile included). Errors: no report, or a focus
 // that ran no spec or more than one.
-func spec(ctx context.Context, c config, suite, version, focus, dir string) (types.SpecReport, time.Duration, error) {
-	env, err := versionEnv(suite, version)
+func spec(ctx context.Context, c config, example, version, focus, dir string) (types.SpecReport, time.Duration, error) {
+	suite, err := suiteDir(example, version)
 	if err != nil {
 		return types.SpecReport{}, 0, err
 	}
@@ -304,7 +303,6 @@ func spec(ctx context.Context, c config, suite, version, focus, dir string) (typ
 	cmd := exec.Command("go", "test", "-count=1", "-timeout", (c.timeout + time.Minute).String(), ".",
 		"-args", "-ginkgo.focus="+focus, "-ginkgo.json-report="+report, "-ginkgo.v")
 	cmd.Dir = suite
-	cmd.Env = append(os.Environ(), env...)
 	began := time.Now()
 	err = runLogged(ctx, cmd, log)
 	took := time.Since(began)
