@@ -68,15 +68,22 @@ test: envtest-assets browser $(GINKGO) ## Unit tests, the scenario suite and the
 
 # Each example is a public operator, unmodified at a pinned version, in a Go module of its own (its
 # dependencies stay out of ensemble's go.mod). EXAMPLES picks some (EXAMPLES=kueue); make test runs them all.
+# NAME@VERSION runs example NAME at another version of its operator with the same specs: the example holds a
+# second module file, go.VERSION.mod (and go.VERSION.sum), and files for that version only behind the build tag
+# VERSION. Both go through GOFLAGS (-modfile=go.VERSION.mod -tags=VERSION), so the go list calls the tests
+# make (suite.ModuleDir, to find CRDs in the module cache) resolve the same version as the build.
 EXAMPLES ?= kuberay kueue cluster-api
 .PHONY: example
-example: envtest-assets ## The examples, verbose: KubeRay v1.5.0, Kueue v0.17.0 and cluster-api v1.14.2, unmodified under ensemble (EXAMPLES=kueue runs one).
-	@known="$$(cd examples && ls -d */ | tr -d / | tr '\n' ' ' | sed 's/ $$//')"; \
+example: envtest-assets ## The examples, verbose: KubeRay v1.5.0, Kueue v0.17.0 and cluster-api v1.14.2, unmodified under ensemble (EXAMPLES=kueue runs one; EXAMPLES=kuberay@v1.4.0 runs KubeRay's specs at v1.4.0).
+	@known="$$(cd examples && for d in */; do d=$${d%/}; printf '%s ' "$$d"; for m in $$d/go.*.mod; do \
+	  [ -e "$$m" ] && v=$${m#$$d/go.} && printf '%s ' "$$d@$${v%.mod}"; done; done | sed 's/ $$//')"; \
 	[ -n "$(strip $(EXAMPLES))" ] || { echo "make example: EXAMPLES is empty: name one or more of $$known" >&2; exit 2; }; \
 	for e in $(EXAMPLES); do case " $$known " in *" $$e "*) ;; *) echo "make example: no example $$e (there are: $$known)" >&2; exit 2;; esac; done
 	@for e in $(EXAMPLES); do \
+	  dir=$${e%%@*}; flags=; case $$e in *@*) v=$${e#*@}; flags="-modfile=go.$$v.mod -tags=$$v";; esac; \
 	  echo "== examples/$$e"; \
-	  (cd examples/$$e && KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -count=1 -timeout $(SUITE_TIMEOUT) -v ./... -args -ginkgo.v) || exit 1; \
+	  (cd examples/$$dir && GOFLAGS="$$GOFLAGS $$flags" KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) \
+	    $(GO) test -count=1 -timeout $(SUITE_TIMEOUT) -v ./... -args -ginkgo.v) || exit 1; \
 	done
 
 .PHONY: test-suite

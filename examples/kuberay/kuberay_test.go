@@ -64,6 +64,19 @@ func TestCRDPathHoldsTheRayCRDs(t *testing.T) {
 	}
 }
 
+// TestCRDsComeFromTheVersionBuilt: CRDPath's go list resolves the same ray-operator version the test binary
+// was built with. They differ when -modfile reaches go test's command line but not GOFLAGS (which the go list
+// inherits): the CRDs would then be another version's.
+func TestCRDsComeFromTheVersionBuilt(t *testing.T) {
+	dir, err := CRDPath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "@" + Version + string(filepath.Separator); !strings.Contains(dir, want) {
+		t.Errorf("CRDPath %s is not in ray-operator %s's module directory: pass -modfile and -tags through GOFLAGS, as make example does", dir, Version)
+	}
+}
+
 func TestSchemeHoldsClientGoAndRayKinds(t *testing.T) {
 	s, err := Scheme()
 	if err != nil {
