@@ -113,9 +113,9 @@ $(COMMANDS): $(BIN)/%:
 # ordinary spec, unperturbed or with explore's budget over it) and checks the same at its fixed version.
 BUGS ?=
 .PHONY: bugs
-bugs: envtest-assets $(BIN)/bugs $(BIN)/explore ## Known bugs of the examples' operators, found at their buggy versions and not at the fixed ones: bug | operator | buggy | fixed | found by | points tried | time to find | verdict at fixed (BUGS=ID,ID; REPORT_DIR=dir).
+bugs: envtest-assets $(BIN)/bugs $(BIN)/explore ## Known bugs of the examples' operators, found at their buggy versions and not at the fixed ones: bug | operator | buggy | fixed | found by | points tried | time to find | verdict at fixed (BUGS=ID,ID; EXPLORE_JOBS=n; REPORT_DIR=dir).
 	@$(if $(REPORT_DIR),mkdir -p $(REPORT_DIR))
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(BIN)/bugs -explore $(BIN)/explore -timeout $(SUITE_TIMEOUT) \
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(BIN)/bugs -explore $(BIN)/explore -timeout $(SUITE_TIMEOUT) -j $(EXPLORE_JOBS) \
 	  $(if $(BUGS),-bugs "$$BUGS") $(if $(REPORT_DIR),-report-dir $(abspath $(REPORT_DIR)))
 defect-matrix: envtest-assets $(BIN)/defectmatrix ## Flip each catalog entry in turn and check that its own specs change verdict: the matrix, non-zero when one flips none (IDS=ID,ID; REPORT_DIR=dir writes defect-matrix.json and each run's report).
 	@$(if $(REPORT_DIR),mkdir -p $(REPORT_DIR))

@@ -1,6 +1,7 @@
 package clusterapi_test
 
 import (
+	"context"
 	"fmt"
 	"sort"
 	"strings"
@@ -200,6 +201,33 @@ func fieldWriters(c *suite.Case, kind, name string) string {
 	return strings.Join(lines, "\n")
 }
 
+// oneMachineSetEach is an invariant: each MachineDeployment of the namespace owns at most one MachineSet that
+// is not being deleted. Scaling resizes the MachineSet there is; only a template change makes another.
+func oneMachineSetEach(ctx context.Context, r client.Reader, namespace string) error {
+	sets := &clusterv1.MachineSetList{}
+	if err := r.List(ctx, sets, client.InNamespace(namespace)); err != nil {
+		return err
+	}
+	owned := map[string][]string{}
+	for _, ms := range sets.Items {
+		if ms.DeletionTimestamp != nil {
+			continue
+		}
+		for _, o := range ms.OwnerReferences {
+			if o.Kind == "MachineDeployment" {
+				owned[o.Name] = append(owned[o.Name], ms.Name)
+			}
+		}
+	}
+	for md, names := range owned {
+		if len(names) > 1 {
+			sort.Strings(names)
+			return fmt.Errorf("MachineDeployment %s owns %d MachineSets at once: %s", md, len(names), strings.Join(names, ", "))
+		}
+	}
+	return nil
+}
+
 // scale sets MachineDeployment name's replicas.
 func scale(c *suite.Case, name string, replicas int32) {
 	GinkgoHelper()
@@ -252,6 +280,7 @@ var _ = Describe("cluster-api", func() {
 
 	It("a MachineDeployment scales 1 -> 3 -> 1", func() {
 		c := s.NewCase(GinkgoT())
+		c.Invariant("scaling makes no new MachineSet", oneMachineSetEach)
 		withWorkers(c, "scale", 1)
 		times := []string{"1 replica " + time.Since(c.Started).Round(time.Millisecond).String() + " after create"}
 		for _, n := range []int32{3, 1} {
@@ -261,6 +290,7 @@ var _ = Describe("cluster-api", func() {
 			expectRolledOut(c, "workers", n)
 			times = append(times, fmt.Sprintf("%d replicas in %s", n, time.Since(start).Round(time.Millisecond)))
 		}
+		c.RequireInvariants()
 		sets := &clusterv1.MachineSetList{}
 		Expect(c.List(sets)).To(Succeed())
 		Expect(sets.Items).To(HaveLen(1), "scaling makes no new MachineSet")

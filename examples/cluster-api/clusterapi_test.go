@@ -35,41 +35,6 @@ func TestVersionIsTheResolvedModule(t *testing.T) {
 	}
 }
 
-// TestVersionModulesLinkEveryFile: each module of another cluster-api version (a directory v*/ of the example
-// holding a go.mod) links every .go file of the example but its wiring, and holds no other file of its own
-// than its wiring, so that it runs the same specs. It runs in the example's directory or in a version's.
-func TestVersionModulesLinkEveryFile(t *testing.T) {
-	root := "."
-	if fi, err := os.Lstat("clusterapi.go"); err != nil {
-		t.Fatal(err)
-	} else if fi.Mode()&os.ModeSymlink != 0 {
-		root = ".."
-	}
-	mods, _ := filepath.Glob(filepath.Join(root, "v*", "go.mod"))
-	if len(mods) == 0 {
-		t.Fatalf("no module of another version (v*/go.mod) under %s", root)
-	}
-	shared, _ := filepath.Glob(filepath.Join(root, "*.go"))
-	for _, mod := range mods {
-		dir := filepath.Dir(mod)
-		for _, f := range shared {
-			name := filepath.Base(f)
-			if strings.HasPrefix(name, "wiring_") {
-				continue
-			}
-			if target, err := os.Readlink(filepath.Join(dir, name)); err != nil || target != "../"+name {
-				t.Errorf("%s/%s is not a link to ../%s (ln -s ../%s %s/): %v", dir, name, name, name, dir, err)
-			}
-		}
-		own, _ := filepath.Glob(filepath.Join(dir, "*.go"))
-		for _, f := range own {
-			if fi, err := os.Lstat(f); err == nil && fi.Mode()&os.ModeSymlink == 0 && !strings.HasPrefix(filepath.Base(f), "wiring_") {
-				t.Errorf("%s is a file of its own, not a link to the example's: the specs would have two sources", f)
-			}
-		}
-	}
-}
-
 func TestModuleFilesExist(t *testing.T) {
 	crds, err := CRDPath()
 	if err != nil {

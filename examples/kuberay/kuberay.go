@@ -1,6 +1,10 @@
-// Package kuberay wires KubeRay's ray-operator (github.com/ray-project/kuberay/ray-operator v1.5.0) into an
+// Package kuberay wires KubeRay's ray-operator (github.com/ray-project/kuberay/ray-operator) into an
 // ensemble run: its own, unmodified RayCluster, RayJob and RayService reconcilers, built the way KubeRay's
 // main.go builds them with default configuration (no batch scheduler, no metrics, no webhooks).
+//
+// The version is go.mod's, v1.5.0, or v1.4.0 in the directory v1.4.0/, a module of its own whose other files
+// link this one's (make example EXAMPLES=kuberay@v1.4.0). This file is the same at both; the version's own
+// wiring (register, FakeRay, Version) is in wiring_v1_5.go here and v1.4.0/wiring_v1_4.go there.
 package kuberay
 
 import (
@@ -14,11 +18,7 @@ import (
 
 	configapi "github.com/ray-project/kuberay/ray-operator/apis/config/v1alpha1"
 	rayv1 "github.com/ray-project/kuberay/ray-operator/apis/ray/v1"
-	"github.com/ray-project/kuberay/ray-operator/controllers/ray"
-	"github.com/ray-project/kuberay/ray-operator/controllers/ray/batchscheduler"
 	"github.com/ray-project/kuberay/ray-operator/controllers/ray/utils"
-	"github.com/ray-project/kuberay/ray-operator/controllers/ray/utils/dashboardclient"
-	utiltypes "github.com/ray-project/kuberay/ray-operator/controllers/ray/utils/types"
 
 	"github.com/ensembletest/ensemble/suite"
 )
@@ -73,35 +73,32 @@ func Setup(ctx context.Context, mgr manager.Manager, opts ...Option) (err error)
 	}()
 	var config configapi.Configuration
 	configapi.SetDefaults_Configuration(&config) // the flag defaults: ReconcileConcurrency 1, no batch scheduler
-	schedulers, err := batchscheduler.NewSchedulerManager(ctx, config, mgr.GetConfig(), mgr.GetClient())
-	if err != nil {
-		return fmt.Errorf("kuberay: batch scheduler manager: %w", err)
-	}
-	schedulers.AddToScheme(mgr.GetScheme())
-	clusterOptions := ray.RayClusterReconcilerOptions{
-		HeadSidecarContainers:   config.HeadSidecarContainers,
-		WorkerSidecarContainers: config.WorkerSidecarContainers,
-		// main.go sets utils.GetClusterType(), which probes ctrl.GetConfig() (the ambient kubeconfig, not mgr's
-		// API server) for *.openshift.io groups; envtest serves none, so false is what it would find there.
-		IsOpenShift:           false,
-		BatchSchedulerManager: schedulers,
-		DefaultContainerEnvs:  config.DefaultContainerEnvs,
-	}
-	if err := ray.NewReconciler(ctx, mgr, clusterOptions).SetupWithManager(mgr, config.ReconcileConcurrency); err != nil {
-		return fmt.Errorf("kuberay: RayCluster controller: %w", err)
-	}
 	set := setup{provider: config}
 	for _, o := range opts {
 		o(&set)
 	}
-	if err := ray.NewRayServiceReconciler(ctx, mgr, set.provider).SetupWithManager(mgr, config.ReconcileConcurrency); err != nil {
-		return fmt.Errorf("kuberay: RayService controller: %w", err)
+	rs, err := newReconcilers(ctx, mgr, config, set.provider)
+	if err != nil {
+		return err
 	}
-	jobOptions := ray.RayJobReconcilerOptions{BatchSchedulerManager: schedulers}
-	if err := ray.NewRayJobReconciler(ctx, mgr, jobOptions, set.provider).SetupWithManager(mgr, config.ReconcileConcurrency); err != nil {
-		return fmt.Errorf("kuberay: RayJob controller: %w", err)
+	for _, r := range rs {
+		if err := r.SetupWithManager(mgr, config.ReconcileConcurrency); err != nil {
+			return fmt.Errorf("kuberay: %s controller: %w", r.kind, err)
+		}
 	}
 	return nil
+}
+
+// reconciler is one of KubeRay's reconcilers, named by the kind it reconciles.
+type reconciler struct {
+	kind string
+	setupWithManager
+}
+
+// setupWithManager is what KubeRay's reconcilers have in common at every version: they set themselves up with
+// a manager and a reconcile concurrency.
+type setupWithManager interface {
+	SetupWithManager(mgr manager.Manager, reconcileConcurrency int) error
 }
 
 // FakeRay is a utils.ClientProvider that hands KubeRay's reconcilers KubeRay's own fake Ray clients instead
@@ -110,6 +107,8 @@ func Setup(ctx context.Context, mgr manager.Manager, opts ...Option) (err error)
 // RayService controller's (Serve application status, config update) and proxy health checks.
 type FakeRay struct {
 	// Dashboard answers every dashboard call; Dashboard.GetJobInfoMock decides the job status it reports.
+	// At v1.4.0, whose reconcilers call InitClient (which writes the client's fields) on each client they
+	// get, each call gets a client of its own with Dashboard's mock and Serve statuses.
 	Dashboard *utils.FakeRayDashboardClient
 	// HTTPProxy answers the proxy actor health checks of RayService head pods.
 	HTTPProxy *utils.FakeRayHttpProxyClient
@@ -120,29 +119,17 @@ type FakeRay struct {
 // healthy.
 func NewFakeRay(jobStatus rayv1.JobStatus, apps ...string) *FakeRay {
 	d := &utils.FakeRayDashboardClient{}
-	info := func(context.Context, string) (*utiltypes.RayJobInfo, error) {
-		return &utiltypes.RayJobInfo{JobStatus: jobStatus}, nil
+	info := func(context.Context, string) (*rayJobInfo, error) {
+		return &rayJobInfo{JobStatus: jobStatus}, nil
 	}
 	d.GetJobInfoMock.Store(&info)
-	statuses := map[string]*utiltypes.ServeApplicationStatus{}
+	statuses := map[string]*serveApplicationStatus{}
 	for _, app := range apps {
-		statuses[app] = &utiltypes.ServeApplicationStatus{Status: rayv1.ApplicationStatusEnum.RUNNING,
-			Deployments: map[string]utiltypes.ServeDeploymentStatus{app: {Name: app, Status: rayv1.DeploymentStatusEnum.HEALTHY}}}
+		statuses[app] = &serveApplicationStatus{Status: rayv1.ApplicationStatusEnum.RUNNING,
+			Deployments: map[string]serveDeploymentStatus{app: {Name: app, Status: rayv1.DeploymentStatusEnum.HEALTHY}}}
 	}
 	d.SetMultiApplicationStatuses(statuses)
 	return &FakeRay{Dashboard: d, HTTPProxy: &utils.FakeRayHttpProxyClient{IsHealthy: true}}
-}
-
-// GetDashboardClient returns f.Dashboard for every RayCluster and URL.
-func (f *FakeRay) GetDashboardClient(manager.Manager) func(*rayv1.RayCluster, string) (dashboardclient.RayDashboardClientInterface, error) {
-	return func(*rayv1.RayCluster, string) (dashboardclient.RayDashboardClientInterface, error) {
-		return f.Dashboard, nil
-	}
-}
-
-// GetHttpProxyClient returns f.HTTPProxy for every pod.
-func (f *FakeRay) GetHttpProxyClient(manager.Manager) func(string, string, string, int) utils.RayHttpProxyClientInterface {
-	return func(string, string, string, int) utils.RayHttpProxyClientInterface { return f.HTTPProxy }
 }
 
 var _ utils.ClientProvider = (*FakeRay)(nil)

@@ -64,6 +64,18 @@ func TestCRDPathHoldsTheRayCRDs(t *testing.T) {
 	}
 }
 
+// TestCRDsComeFromTheVersionBuilt: CRDPath's go list resolves the ray-operator version this module's wiring
+// names (Version), so a version's directory loads its own version's CRDs.
+func TestCRDsComeFromTheVersionBuilt(t *testing.T) {
+	dir, err := CRDPath()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "@" + Version + string(filepath.Separator); !strings.Contains(dir, want) {
+		t.Errorf("CRDPath %s is not in ray-operator %s's module directory: run the tests in the directory of the version (examples/kuberay or examples/kuberay/v1.4.0)", dir, Version)
+	}
+}
+
 func TestSchemeHoldsClientGoAndRayKinds(t *testing.T) {
 	s, err := Scheme()
 	if err != nil {

@@ -2,16 +2,24 @@ package kuberay_test
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/ensembletest/ensemble/suite"
 )
 
 // TestReadmeShowsTheseFiles: every Go block of the repository README's "Writing a scenario" section is
 // taken from this example as it is, so the README's way of writing a scenario is one that compiles and runs;
 // the Pins section's block is taken from the scenario suite.
 func TestReadmeShowsTheseFiles(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	// The repository's root, where this module's replace points, from here or from a version's directory.
+	root, err := suite.ModuleDir("github.com/ensembletest/ensemble")
+	if err != nil {
+		t.Fatal(err)
+	}
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +37,7 @@ func TestReadmeShowsTheseFiles(t *testing.T) {
 		if i := strings.Index(part[3:], "\n## "); i >= 0 {
 			part = part[:i+3]
 		}
-		scenario, err := os.ReadFile("../../scenarios/" + file)
+		scenario, err := os.ReadFile(filepath.Join(root, "scenarios", file))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -26,7 +26,7 @@ var s *suite.Suite
 // TestKubeRay runs the Ginkgo suite of KubeRay's reconcilers under ensemble.
 func TestKubeRay(t *testing.T) {
 	RegisterFailHandler(Fail)
-	RunSpecs(t, "ensemble: KubeRay ray-operator v1.5.0")
+	RunSpecs(t, "ensemble: KubeRay ray-operator "+kuberay.Version)
 }
 
 // noPins is the defect catalog: no KubeRay defect is pinned, so every KnownDefect reference is unknown.

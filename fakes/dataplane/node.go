@@ -21,8 +21,15 @@ const (
 	// NodeInternalIP is the InternalIP address of the kubelet's Node, reported as every pod's status.hostIP.
 	NodeInternalIP = "192.168.0.2"
 	// PodCIDR is the Node's spec.podCIDR; every pod the kubelet runs gets an IP from it, unique among the pods
-	// that exist (10.244.0.1 to 10.244.255.254, handed out in turn, an IP reused only after the range wrapped).
-	PodCIDR = "10.244.0.0/16"
+	// that exist (239.244.0.1 to 239.244.255.254, handed out in turn, an IP reused only after the range
+	// wrapped). The range is multicast (organization-local, RFC 2365) so that an operator that dials a pod's IP
+	// is refused at once on any machine: no container listens, and the kernel refuses a TCP connect to a
+	// multicast address before any packet leaves (Linux: "network is unreachable"; BSDs: EAFNOSUPPORT). A
+	// unicast range stalls such a dial until the client's timeout where the network drops the SYN (10.244.x
+	// did: KubeRay's 2 s client timeout per call), or reaches whatever the network answers with; loopback
+	// reaches any server bound to 0.0.0.0, and the API server refuses loopback and link-local addresses in
+	// Endpoints and EndpointSlices, where it takes these.
+	PodCIDR = "239.244.0.0/16"
 	// NodeLeaseDurationSeconds is the leaseDurationSeconds of the node Lease, as the real kubelet's (40 s).
 	NodeLeaseDurationSeconds = 40
 )

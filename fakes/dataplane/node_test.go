@@ -2,7 +2,9 @@ package dataplane_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"strings"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -151,6 +154,48 @@ func TestRunningPodsHaveDistinctIPs(t *testing.T) {
 		g.Expect(condition(p, corev1.PodReady).Status).To(Equal(corev1.ConditionTrue))
 	}).Should(Succeed())
 	g.Expect(getPod(g, ns, "a").Status.PodIP).To(Equal(ips["a"]))
+}
+
+// TestPodIPsRefuseConnectionsAtOnce: an operator that calls a pod's IP (KubeRay's Serve proxy health check,
+// any client of a pod's own server) is refused at once, whatever the machine's network: no container
+// listens, and a dial that waited for a SYN to time out would stall the operator's reconcile for its client's
+// timeout. The pod IPs are still ones the API server takes as an EndpointSlice's addresses, which
+// kube-controller-manager's endpoint controllers publish.
+func TestPodIPsRefuseConnectionsAtOnce(t *testing.T) {
+	g := NewWithT(t)
+	ctx := context.Background()
+	ns := namespace(t)
+	g.Expect(k8s.Create(ctx, newPod(ns, "server"))).To(Succeed())
+	var ip string
+	g.Eventually(func(g Gomega) {
+		p := getPod(g, ns, "server")
+		g.Expect(p.Status.Phase).To(Equal(corev1.PodRunning))
+		ip = p.Status.PodIP
+		g.Expect(ip).NotTo(BeEmpty())
+	}).Should(Succeed())
+
+	// A stalled dial lasts the whole timeout (a dropped SYN is retried after 1 s; a gateway that never
+	// answers ARP takes 3 s); a refusal comes from the local kernel in microseconds.
+	const stall = 2 * time.Second
+	for _, port := range []string{"80", "8000", "8265"} {
+		start := time.Now()
+		conn, err := net.DialTimeout("tcp", net.JoinHostPort(ip, port), stall)
+		took := time.Since(start)
+		if conn != nil {
+			_ = conn.Close()
+		}
+		g.Expect(err).To(HaveOccurred(), "a TCP connection to pod IP %s:%s was accepted: something on this machine's network answers for it", ip, port)
+		var ne net.Error
+		g.Expect(errors.As(err, &ne) && ne.Timeout()).To(BeFalse(), "dial %s:%s stalled until its timeout: %v", ip, port, err)
+		g.Expect(took).To(BeNumerically("<", stall/4), "dial %s:%s took %s before it failed: %v", ip, port, took, err)
+	}
+
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: "server"},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   []discoveryv1.Endpoint{{Addresses: []string{ip}}},
+	}
+	g.Expect(k8s.Create(ctx, slice)).To(Succeed(), "the API server refuses pod IP %s as an endpoint address", ip)
 }
 
 func TestGracefulDeletion(t *testing.T) {

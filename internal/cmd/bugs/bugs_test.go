@@ -101,7 +101,7 @@ func TestRunRefusesBadInputBeforeRunningAnything(t *testing.T) {
 	if err := os.WriteFile(path, []byte(explored), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	c := config{catalog: path, examples: dir, explore: filepath.Join(dir, "no-explore"), timeout: time.Minute}
+	c := config{catalog: path, examples: dir, explore: filepath.Join(dir, "no-explore"), timeout: time.Minute, jobs: 1}
 	for _, tc := range []struct {
 		bugs []string
 		want string

@@ -4,7 +4,7 @@
 //
 // Usage (from the module root, with KUBEBUILDER_ASSETS set; `make bugs` does both and builds bin/explore):
 //
-//	go run ./internal/cmd/bugs [-bugs ID,ID] [-catalog examples/bugs.yaml] [-explore bin/explore] [-report-dir DIR] [-timeout 20m]
+//	go run ./internal/cmd/bugs [-bugs ID,ID] [-catalog examples/bugs.yaml] [-explore bin/explore] [-j 1] [-report-dir DIR] [-timeout 20m]
 //
 // Per entry:
 //
@@ -53,6 +53,8 @@ type config struct {
 	bugs                               []string
 	catalog, examples, explore, report string
 	timeout                            time.Duration
+	// jobs is explore's -j: point runs at once.
+	jobs int
 }
 
 func main() {
@@ -63,7 +65,8 @@ func main() {
 	flag.StringVar(&c.explore, "explore", "bin/explore", "the explore command's binary")
 	flag.StringVar(&c.report, "report-dir", "", "directory of the runs and bugs.json (default: a new temporary directory)")
 	flag.DurationVar(&c.timeout, "timeout", 20*time.Minute, "each run's -test.timeout")
-	if err := cmdline.Parse(flag.CommandLine, os.Args[1:], map[string]string{"bugs": "BUGS", "report-dir": "REPORT_DIR", "timeout": "SUITE_TIMEOUT"}); err != nil {
+	flag.IntVar(&c.jobs, "j", 1, "explore's point runs at once")
+	if err := cmdline.Parse(flag.CommandLine, os.Args[1:], map[string]string{"bugs": "BUGS", "report-dir": "REPORT_DIR", "timeout": "SUITE_TIMEOUT", "j": "EXPLORE_JOBS"}); err != nil {
 		fail(err)
 	}
 	for _, b := range strings.Split(bugs, ",") {
@@ -113,6 +116,9 @@ func run(ctx context.Context, c config, out io.Writer) (Result, error) {
 	var res Result
 	if c.timeout <= 0 {
 		return res, fmt.Errorf("-timeout (make's SUITE_TIMEOUT) is %s: pass each run's limit, such as 20m", c.timeout)
+	}
+	if c.jobs < 1 {
+		return res, fmt.Errorf("-j (make's EXPLORE_JOBS) is %d: pass a number of point runs at once, 1 or more", c.jobs)
 	}
 	entries, err := readCatalog(c.catalog, c.examples)
 	if err != nil {
@@ -272,7 +278,7 @@ func explore(ctx context.Context, c config, example, version, dir string, args .
 	if err != nil {
 		return x, 0, err
 	}
-	cmd := exec.Command(bin, append([]string{"-suite", suite, "-report-dir", dir, "-timeout", c.timeout.String()}, args...)...)
+	cmd := exec.Command(bin, append([]string{"-suite", suite, "-report-dir", dir, "-timeout", c.timeout.String(), "-j", fmt.Sprint(c.jobs)}, args...)...)
 	began := time.Now()
 	if err := runLogged(ctx, cmd, log); err != nil {
 		return x, 0, fmt.Errorf("explore at %s: %w; %s", version, err, tail(log))

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"regexp"
@@ -100,6 +101,12 @@ type SpecPoint struct {
 	Writes int
 	// Index is the point's place among all the points the run takes (all its shards'), from 0.
 	Index int
+	// Renamed is, for a point on the k-th write of its writer (no Object) that the enumeration made for an
+	// object named anew each run, that object as baseline-1 named it, and Nth which of the writer's writes on
+	// it the point's k is (from 1): the sampler takes such a point as it takes one on a named object, the
+	// object's creation first.
+	Renamed string `json:",omitempty"`
+	Nth     int    `json:",omitempty"`
 }
 
 // trigger is p's count: its n-th write or its n-th change (0 for the other triggers).
@@ -223,7 +230,9 @@ func (e *Enumeration) addLagged(lag time.Duration) {
 // suffix, as cluster-api's MachineSets and Kueue's Workloads have), which no point can name: a point that
 // counts all of its writer's writes in the namespace (no Object) fires at the k-th, when in both unperturbed
 // runs (the first record of the spec in each) the writer's k-th write was on an object of the same kind that
-// the other run never wrote. Writers as in enumerate, then the modes, systems and k.
+// the other run never wrote. Writers as in enumerate, then each such object in the order of its first write,
+// the modes, systems and k; each point carries the object (Renamed) and which of the writer's writes on it
+// it is (Nth), which the sampler orders by as it does a named pair's.
 func (e *Enumeration) renamedPoints(spec string, records, second []perturb.Record, writers []string, modes []perturb.Mode, externals []string) {
 	first, again := firstRecord(records, spec), firstRecord(second, spec)
 	if first == nil || again == nil {
@@ -233,18 +242,37 @@ func (e *Enumeration) renamedPoints(spec string, records, second []perturb.Recor
 	for _, w := range writers {
 		a, b := writesOf(first, w), writesOf(again, w)
 		n := min(len(a), len(b))
+		type write struct{ k, nth int }
+		var objects []string
+		byObject := map[string][]write{}
 		for k := 1; k <= n; k++ {
 			oa, ob := a[k-1], b[k-1]
 			if oa == "" || ob == "" || kindOfObject(oa) != kindOfObject(ob) || ownB[oa] || ownA[ob] {
 				continue
 			}
+			if _, ok := byObject[oa]; !ok {
+				objects = append(objects, oa)
+			}
+			// nth counts the writer's writes on oa, whether or not both runs agree on each.
+			nth := 0
+			for _, o := range a[:k] {
+				if o == oa {
+					nth++
+				}
+			}
+			byObject[oa] = append(byObject[oa], write{k, nth})
+		}
+		for _, obj := range objects {
 			for _, m := range modes {
 				for _, sys := range systems(m, externals) {
-					pt := perturb.Point{Mode: m, System: sys, Writer: w, Trigger: perturb.Nth(k)}
-					if m == perturb.Slow {
-						pt.Latency = slowLatency
+					for _, wr := range byObject[obj] {
+						pt := perturb.Point{Mode: m, System: sys, Writer: w, Trigger: perturb.Nth(wr.k)}
+						if m == perturb.Slow {
+							pt.Latency = slowLatency
+						}
+						e.Points = append(e.Points, SpecPoint{Spec: spec, Point: pt, Writes: byObject[obj][len(byObject[obj])-1].nth,
+							Renamed: obj, Nth: wr.nth})
 					}
-					e.Points = append(e.Points, SpecPoint{Spec: spec, Point: pt, Writes: n})
 				}
 			}
 		}
@@ -471,7 +499,7 @@ func newSampler(points []SpecPoint) *sampler {
 			sp.Spec + "\x00" + p.Writer,
 			sp.Spec + "\x00" + p.Writer + "\x00" + modeKey(p),
 			sp.Spec + "\x00\x00" + modeKey(p),
-			sp.Spec + "\x00" + p.Writer + "\x00\x00" + p.Object,
+			sp.Spec + "\x00" + p.Writer + "\x00\x00" + cmp.Or(sp.Renamed, p.Object),
 		}
 		for l, name := range names {
 			id, ok := ids[l][name]
@@ -482,11 +510,15 @@ func newSampler(points []SpecPoint) *sampler {
 			}
 			s.keys[i][l] = id
 		}
-		n := max(sp.Writes, trigger(p))
+		k := trigger(p)
+		if sp.Renamed != "" {
+			k = sp.Nth
+		}
+		n := max(sp.Writes, k)
 		if prefs[n] == nil {
 			prefs[n] = preference(n)
 		}
-		s.rank[i] = prefs[n][trigger(p)]
+		s.rank[i] = prefs[n][k]
 		s.left = append(s.left, i)
 	}
 	return s

@@ -148,6 +148,9 @@ func TestEnumerateOnlyObjectsBothRunsWrote(t *testing.T) {
 	if got, want := strs(e.Points), []string{"s | conflict@op/c:Svc/head#1", "s | conflict@op/c:Svc/head#2", "s | conflict@op/c#1"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("points = %q, want %q", got, want)
 	}
+	if r := e.Points[2]; r.Renamed != "Pod/p-x7k2q" || r.Nth != 1 || r.Writes != 1 {
+		t.Errorf("the point on the pod named anew: Renamed %q, Nth %d, Writes %d; want Pod/p-x7k2q, 1, 1", r.Renamed, r.Nth, r.Writes)
+	}
 	if !reflect.DeepEqual(e.Unstable, []string{"s: op/c on Pod/p-x7k2q"}) || !reflect.DeepEqual(e.Unparsable, []string{"s: op/c on Pod/"}) {
 		t.Errorf("Unstable = %q, Unparsable = %q", e.Unstable, e.Unparsable)
 	}

@@ -1,0 +1,1 @@
+../kuberay_specs_test.go

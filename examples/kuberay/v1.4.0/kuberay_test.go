@@ -1,0 +1,1 @@
+../kuberay_test.go

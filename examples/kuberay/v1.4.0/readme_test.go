@@ -1,0 +1,1 @@
+../readme_test.go
