@@ -125,7 +125,8 @@ func TestTable(t *testing.T) {
 	var out bytes.Buffer
 	rows := []Row{
 		{Bug: "op#12", Operator: "op", Buggy: "v1.0.0", Fixed: "v1.1.0", FoundBy: "a stale point", Found: true, Failure: "MachineSet: 1 -> 2",
-			Point: "stale@op/c#1+15s", Tried: 7, TimeToFind: Duration(3 * time.Minute), AtFixed: "pass", Command: "make bugs BUGS='op#12'"},
+			Point: "stale@op/c#1+15s", Tried: 7, TimeToFind: Duration(3 * time.Minute), AtFixed: "pass", Command: "make bugs BUGS='op#12'",
+			Others: []string{"stale@op/d#5+15s: the Nodes of the two Machines scaled away"}},
 		{Bug: "op#13", Operator: "op", Buggy: "v1.0.0", Fixed: "v1.1.0", FoundBy: "the convergence oracle", Failure: "the spec passed",
 			TimeToFind: Duration(time.Minute), AtFixed: "not run", Command: "make bugs BUGS='op#13'"},
 	}
@@ -137,6 +138,7 @@ func TestTable(t *testing.T) {
 		"op#12 | op       | v1.0.0 | v1.1.0 | a stale point | 7            | 3m0s         | pass",
 		"op#13 | op       | v1.0.0 | v1.1.0 | NOT FOUND     | -            | 1m0s         | not run",
 		"  point:  stale@op/c#1+15s", "  rerun:  make bugs BUGS='op#13'", "  at v1.0.0: the spec passed",
+		"  also failed at v1.0.0 (another finding): stale@op/d#5+15s: the Nodes of the two Machines scaled away",
 	} {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("the table lacks %q:\n%s", s, out.String())

@@ -138,6 +138,9 @@ type Row struct {
 	Point      string `json:",omitempty"`
 	Tried      int
 	TimeToFind Duration
+	// Others are the points that failed otherwise before the finding (or in the whole budget, when it was
+	// not found), as "point: failure": findings of their own.
+	Others []string `json:",omitempty"`
 	// AtFixed is the verdict of the same check at the fixed version: pass, fail (a false positive, or a
 	// fix that does not hold), or not run (nothing was found).
 	AtFixed        string

@@ -9,8 +9,9 @@
 // Per entry:
 //
 //  1. At the buggy version: with explore, bin/explore over the spec with the entry's modes and budget,
-//     stopping at the first failing point (-first); without, the example's spec alone (go test). The bug is
-//     found when the first failure holds the entry's Expect text.
+//     stopping at the first point whose failure holds the entry's Expect text (-until); without, the
+//     example's spec alone (go test), whose failure must hold it. Points that failed otherwise on the way are
+//     findings of their own: the row names them (Others), and they do not count as finding the bug.
 //  2. At the fixed version, when it was found: the same failing point alone (-points), or the same spec.
 //     It must pass.
 //
@@ -200,22 +201,25 @@ func runEntry(ctx context.Context, c config, e Entry, dir string, out io.Writer)
 	fmt.Fprintf(out, "%s: %s at %s\n", e.Bug, e.Example, e.Buggy)
 	if e.Explore != nil {
 		x, took, err := explore(ctx, c, example, e.Buggy, filepath.Join(dir, "buggy"),
-			"-focus", focus, "-modes", e.Explore.Modes, "-budget", e.Explore.Budget, "-first")
+			"-focus", focus, "-modes", e.Explore.Modes, "-budget", e.Explore.Budget, "-until", regexp.QuoteMeta(e.Expect))
 		if err != nil {
 			return row, err
 		}
 		row.TimeToFind = Duration(took)
-		i := slices.IndexFunc(x.Rows, func(r exploreRow) bool { return r.Verdict == "fail" })
-		if i < 0 {
-			row.Tried = len(x.Rows)
-			row.Failure = fmt.Sprintf("no failing point in %s", textout.Count(len(x.Rows), "point", "points"))
-			return row, nil
+		row.Tried = len(x.Rows)
+		for i, r := range x.Rows {
+			if r.Verdict != "fail" {
+				continue
+			}
+			failure := firstNonEmpty(r.Difference, r.Failure)
+			if !row.Found && strings.Contains(r.Difference+"\n"+r.Failure, e.Expect) {
+				row.Found, row.Tried, row.Point, row.Failure = true, i+1, r.Point, failure
+				continue
+			}
+			row.Others = append(row.Others, r.Point+": "+failure)
 		}
-		row.Tried, row.Point = i+1, x.Rows[i].Point
-		row.Failure = firstNonEmpty(x.Rows[i].Difference, x.Rows[i].Failure)
-		row.Found = strings.Contains(x.Rows[i].Difference+"\n"+x.Rows[i].Failure, e.Expect)
 		if !row.Found {
-			row.Failure = fmt.Sprintf("the first failing point, %s, failed otherwise than %q: %s", row.Point, e.Expect, row.Failure)
+			row.Failure = fmt.Sprintf("no point of %s failed with %q", textout.Count(len(x.Rows), "point", "points"), e.Expect)
 			return row, nil
 		}
 		fmt.Fprintf(out, "%s: %s at %s, point %s\n", e.Bug, e.Example, e.Fixed, row.Point)
@@ -384,6 +388,9 @@ func table(w io.Writer, rows []Row) error {
 		}
 		if r.AtFixedFailure != "" {
 			fmt.Fprintf(w, "  at %s: %s\n", r.Fixed, r.AtFixedFailure)
+		}
+		for _, o := range r.Others {
+			fmt.Fprintf(w, "  also failed at %s (another finding): %s\n", r.Buggy, o)
 		}
 		fmt.Fprintf(w, "  rerun:  %s\n", r.Command)
 	}

@@ -5,7 +5,7 @@
 // Usage (from the module root, with KUBEBUILDER_ASSETS set; `make explore` does both):
 //
 //	go run ./internal/cmd/explore -focus REGEXP [-suite ./scenarios/] [-modes conflict,timeout,...|all]
-//	    [-budget 40|20m] [-lag 15s] [-first] [-points 'POINT ...'] [-shard i/n] [-repeat N] [-j 1] [-report-dir DIR] [-timeout 20m]
+//	    [-budget 40|20m] [-lag 15s] [-until REGEXP] [-points 'POINT ...'] [-shard i/n] [-repeat N] [-j 1] [-report-dir DIR] [-timeout 20m]
 //	go run ./internal/cmd/explore -merge 'DIR/explore.json ...' -report-dir DIR
 //
 // It compiles the suite's test binary once (go test -c in the suite's directory, so a suite that is a Go
@@ -79,8 +79,8 @@ type config struct {
 	suite, focus, modes, budget, points, reportDir string
 	repeat, jobs                                   int
 	timeout, lag                                   time.Duration
-	// first stops taking points once one has failed.
-	first bool
+	// until stops taking points once one has failed with a failure it matches ("" never stops).
+	until string
 	// shard is -shard ("i/n", "" for all the points); merge is -merge's explore.json files.
 	shard, merge string
 	// bin is a compiled test binary of suite to run instead of compiling one (the tests' fake suite).
@@ -94,7 +94,7 @@ func main() {
 	flag.StringVar(&c.modes, "modes", defaultModes, "comma-separated modes of the enumerated points, or all")
 	flag.StringVar(&c.budget, "budget", "40", "how many enumerated points run: a number, or a duration such as 20m")
 	flag.DurationVar(&c.lag, "lag", defaultLag, "how long the lagged stale points hold their object from the writer's manager (0: none)")
-	flag.BoolVar(&c.first, "first", false, "stop taking points once one fails (the points under way finish): how many points it took to find something")
+	flag.StringVar(&c.until, "until", "", "stop taking points once one fails with a failure or first difference this regexp matches (. for any failure; the points under way finish): how many points it took to find it")
 	flag.StringVar(&c.shard, "shard", "", "run the i-th of n parts of the points, as i/n (a matrix job each; -merge joins them)")
 	flag.StringVar(&c.merge, "merge", "", "join these shards' explore.json files (separated by spaces) into one table and explore.json under -report-dir, running nothing")
 	flag.StringVar(&c.points, "points", "", "run these points (perturb.Parse's form, separated by spaces) on every focused spec instead of enumerating; -budget does not apply")
@@ -133,7 +133,7 @@ func fail(err error) {
 
 // makeVars are the make variables that set the flags.
 var makeVars = map[string]string{"suite": "SUITE", "focus": "FOCUS", "modes": "MODES", "budget": "BUDGET", "points": "POINTS",
-	"repeat": "REPEAT", "j": "EXPLORE_JOBS", "report-dir": "REPORT_DIR", "timeout": "SUITE_TIMEOUT", "lag": "LAG", "first": "FIRST",
+	"repeat": "REPEAT", "j": "EXPLORE_JOBS", "report-dir": "REPORT_DIR", "timeout": "SUITE_TIMEOUT", "lag": "LAG", "until": "UNTIL",
 	"shard": "SHARD", "merge": "MERGE"}
 
 // plan is the command line, read.
@@ -144,6 +144,8 @@ type plan struct {
 	lag time.Duration
 	// shard, of, are -shard's i and n (1 and 1 without it).
 	shard, of int
+	// until is -until, compiled (nil: never stop early).
+	until *regexp.Regexp
 	// points are -points' (nil: enumerate).
 	points []perturb.Point
 }
@@ -178,6 +180,11 @@ func check(c config) (plan, error) {
 	}
 	if c.timeout <= 0 {
 		return p, fmt.Errorf("-timeout (make's SUITE_TIMEOUT) is %s: pass each run's limit, such as 20m", c.timeout)
+	}
+	if c.until != "" {
+		if p.until, err = regexp.Compile(c.until); err != nil {
+			return p, fmt.Errorf("-until (make's UNTIL) %q is not a regexp: %w", c.until, err)
+		}
 	}
 	if p.shard, p.of, err = parseShard(c.shard); err != nil {
 		return p, err
@@ -381,7 +388,7 @@ func runPoints(ctx context.Context, c config, r *runner, p plan, x *Exploration,
 	baseline := strings.Join(x.Baselines, string(os.PathListSeparator))
 	pointsStart = time.Now()
 	// next hands out the next point and its row: todo's in turn, or with a time budget the sampler's while
-	// the budget lasts; with -first none after a point failed.
+	// the budget lasts; with -until none after a point failed as it says.
 	var mu sync.Mutex
 	failed := false
 	handed := 0 // points the sampler handed out, this shard's and the others'
@@ -390,7 +397,7 @@ func runPoints(ctx context.Context, c config, r *runner, p plan, x *Exploration,
 		defer mu.Unlock()
 		var sp SpecPoint
 		switch {
-		case ctx.Err() != nil, c.first && failed:
+		case ctx.Err() != nil, failed:
 			return sp, 0, false
 		case smp == nil && len(x.Rows) < len(todo):
 			sp = todo[len(x.Rows)]
@@ -434,7 +441,7 @@ func runPoints(ctx context.Context, c config, r *runner, p plan, x *Exploration,
 		row.Command = rerun(c.suite, desc, sp.Spec, row.Point)
 		mu.Lock()
 		x.Rows[i] = row
-		failed = failed || row.Verdict == Fail
+		failed = failed || (p.until != nil && row.Verdict == Fail && p.until.MatchString(row.Failure+"\n"+row.Difference))
 		done++
 		fmt.Fprintf(out, "[%d] %s on %q: %s in %s\n", done, row.Point, textout.Cut(sp.Spec, 60), verdictCell(row), time.Duration(runTook[len(runTook)-1]).Round(time.Second))
 		mu.Unlock()

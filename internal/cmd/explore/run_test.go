@@ -168,14 +168,20 @@ func TestRunWithAFakeSuite(t *testing.T) {
 		t.Errorf("-points: %v, %+v\n%s", err, x.Rows, out.String())
 	}
 
-	// -first stops after the first failing point: the budget of 6 would run a sixth.
+	// -until stops after the first point that fails as it says: the budget of 6 would run a sixth. A failure
+	// it does not match does not stop it.
 	out.Reset()
-	c.points, c.budget, c.jobs, c.first, c.reportDir = "", "6", 1, true, filepath.Join(dir, "out-first")
+	c.points, c.budget, c.jobs, c.until, c.reportDir = "", "6", 1, "Ready -> Pending", filepath.Join(dir, "out-until")
 	x, err = run(context.Background(), c, &out)
 	if err != nil || len(x.Rows) != 5 || x.Rows[4].Verdict != Fail {
-		t.Errorf("-first: %v, %d rows, want 5 ending in the failing one\n%s", err, len(x.Rows), out.String())
+		t.Errorf("-until: %v, %d rows, want 5 ending in the failing one\n%s", err, len(x.Rows), out.String())
 	}
-	c.jobs, c.first = 2, false
+	out.Reset()
+	c.until, c.reportDir = "another failure", filepath.Join(dir, "out-until-other")
+	if x, err = run(context.Background(), c, &out); err != nil || len(x.Rows) != 6 {
+		t.Errorf("-until another failure: %v, %d rows, want the budget's 6\n%s", err, len(x.Rows), out.String())
+	}
+	c.jobs, c.until = 2, ""
 
 	// A time budget runs points until it is spent: here the first one only.
 	out.Reset()
