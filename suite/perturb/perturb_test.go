@@ -245,6 +245,21 @@ func TestDiffComparesFieldByFieldAndLeavesOutVolatileFields(t *testing.T) {
 	if d := Diff([]map[string]map[string]string{base}, base); len(d) != 0 {
 		t.Errorf("a run equal to its baseline differs: %v", d)
 	}
+	// Two unperturbed runs in the same second agree on a timestamp by chance (cluster-api's Machine
+	// status.lastUpdated, seen as the only difference of two points that changed nothing); a date that is no
+	// timestamp is compared.
+	at := func(v string) map[string]map[string]string {
+		return map[string]map[string]string{"Machine/cp-0": {"status.lastUpdated": v, "spec.version": "2026-12-06"}}
+	}
+	same := at("2026-12-06T04:16:20Z")
+	if d := Diff([]map[string]map[string]string{same, same}, at("2026-12-06T04:17:09Z")); len(d) != 0 {
+		t.Errorf("a timestamp both unperturbed runs share is compared: %v", d)
+	}
+	other := at("2026-12-06T04:16:20Z")
+	other["Machine/cp-0"]["spec.version"] = "v2"
+	if d := Diff([]map[string]map[string]string{same, same}, other); len(d) != 1 {
+		t.Errorf("a field that only looks like a date must be compared: %v", d)
+	}
 	if Diff(nil, got) != nil {
 		t.Error("no baseline, no difference")
 	}

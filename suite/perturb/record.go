@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Record is what one case did, as a case writes it at its cleanup when ENSEMBLE_EXPLORE names a directory:
@@ -196,12 +197,16 @@ func kindOf(obj string) string {
 	return k
 }
 
-// volatileHere reports whether obj's path is left out: volatile by nature, or not the same in every baseline.
+// volatileHere reports whether obj's path is left out: volatile by nature, a timestamp, or not the same in
+// every baseline.
 func volatileHere(baselines []map[string]map[string]string, obj, path string) bool {
 	if Volatile(path) {
 		return true
 	}
 	first, firstOK := baselines[0][obj][path]
+	if firstOK && timestamp(first) {
+		return true
+	}
 	for _, b := range baselines[1:] {
 		fields, ok := b[obj]
 		if !ok {
@@ -213,6 +218,18 @@ func volatileHere(baselines []map[string]map[string]string, obj, path string) bo
 		}
 	}
 	return false
+}
+
+// timestamp reports whether v is an RFC 3339 time, as Kubernetes writes metav1.Time: a field that holds one
+// tells when something happened, which differs from run to run whatever its name (cluster-api's Machine
+// status.lastUpdated; the stream already sets aside keys ending in Time or Timestamp). Two unperturbed runs in
+// the same second agree on it by chance.
+func timestamp(v string) bool {
+	if len(v) < len("2006-01-02T15:04:05Z") || v[4] != '-' || v[10] != 'T' {
+		return false
+	}
+	_, err := time.Parse(time.RFC3339, v)
+	return err == nil
 }
 
 // sameFieldNames reports whether every baseline has obj with the same set of field paths.

@@ -358,7 +358,7 @@ func choosePoints(p plan, records, second []perturb.Record, x *Exploration, out 
 			fmt.Fprintf(out, "no point for %s: the point form cannot name it (a create by generateName has no name yet)\n", u)
 		}
 		if len(e.Unstable) > 0 {
-			fmt.Fprintf(out, "no point for %s on objects baseline-2 did not write (named anew each run, as by generateName): %s\n",
+			fmt.Fprintf(out, "no point by name for %s on objects baseline-2 did not write (named anew each run, as by generateName; a write of one gets a point by its writer's count where both runs agree): %s\n",
 				textout.Count(len(e.Unstable), "pair", "pairs"), strings.Join(e.Unstable, "; "))
 		}
 		smp = newSampler(e.Points)
