@@ -247,7 +247,9 @@ func (e *Enumeration) renamedPoints(spec string, records, second []perturb.Recor
 		byObject := map[string][]write{}
 		for k := 1; k <= n; k++ {
 			oa, ob := a[k-1], b[k-1]
-			if oa == "" || ob == "" || kindOfObject(oa) != kindOfObject(ob) || ownB[oa] || ownA[ob] {
+			// An Event is a record of what happened, named anew each time, and no controller reads it back:
+			// perturbing its write tells nothing about the operator.
+			if oa == "" || ob == "" || kindOfObject(oa) != kindOfObject(ob) || ownB[oa] || ownA[ob] || kindOfObject(oa) == "Event" {
 				continue
 			}
 			if _, ok := byObject[oa]; !ok {

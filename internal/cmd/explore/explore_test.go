@@ -139,8 +139,8 @@ func TestEnumerate(t *testing.T) {
 }
 
 func TestEnumerateOnlyObjectsBothRunsWrote(t *testing.T) {
-	first := []perturb.Record{{Spec: "s", Writes: writes("op/c Pod/p-x7k2q", "op/c Pod/p-x7k2q", "op/c Svc/head", "op/c Svc/head", "op/c Svc/head", "op/c Pod/")}}
-	second := []perturb.Record{{Spec: "s", Writes: writes("op/c Pod/p-9wd4t", "op/c Svc/head", "op/c Svc/head")}}
+	first := []perturb.Record{{Spec: "s", Writes: writes("op/c Pod/p-x7k2q", "op/c Pod/p-x7k2q", "op/c Svc/head", "op/c Event/p.18ee8f0b68", "op/c Svc/head", "op/c Pod/")}}
+	second := []perturb.Record{{Spec: "s", Writes: writes("op/c Pod/p-9wd4t", "op/c Svc/head", "op/c Svc/head", "op/c Event/p.18ee8f0a48")}}
 	e := enumerate(first, second, []perturb.Mode{perturb.Conflict})
 	// The service's k goes up to the writes both runs made; the generated pod gets no point by name, but
 	// both runs' first write of op/c was on a pod named anew, so the writer's first write gets one (its
@@ -151,7 +151,8 @@ func TestEnumerateOnlyObjectsBothRunsWrote(t *testing.T) {
 	if r := e.Points[2]; r.Renamed != "Pod/p-x7k2q" || r.Nth != 1 || r.Writes != 1 {
 		t.Errorf("the point on the pod named anew: Renamed %q, Nth %d, Writes %d; want Pod/p-x7k2q, 1, 1", r.Renamed, r.Nth, r.Writes)
 	}
-	if !reflect.DeepEqual(e.Unstable, []string{"s: op/c on Pod/p-x7k2q"}) || !reflect.DeepEqual(e.Unparsable, []string{"s: op/c on Pod/"}) {
+	// Both runs' fourth write was an Event named anew: records, which get no point.
+	if !reflect.DeepEqual(e.Unstable, []string{"s: op/c on Pod/p-x7k2q", "s: op/c on Event/p.18ee8f0b68"}) || !reflect.DeepEqual(e.Unparsable, []string{"s: op/c on Pod/"}) {
 		t.Errorf("Unstable = %q, Unparsable = %q", e.Unstable, e.Unparsable)
 	}
 }
