@@ -213,7 +213,8 @@ func runEntry(ctx context.Context, c config, e Entry, dir string, out io.Writer)
 			}
 			failure := firstNonEmpty(r.Difference, r.Failure)
 			if !row.Found && strings.Contains(r.Difference+"\n"+r.Failure, e.Expect) {
-				row.Found, row.Tried, row.Point, row.Failure = true, i+1, r.Point, failure
+				// The row shows the line that holds the entry's text, not the first difference beside it.
+				row.Found, row.Tried, row.Point, row.Failure = true, i+1, r.Point, lineWith(r.Failure+"\n"+r.Difference, e.Expect)
 				continue
 			}
 			row.Others = append(row.Others, r.Point+": "+failure)
@@ -347,6 +348,16 @@ func tail(log string) string {
 	b, _ := os.ReadFile(log)
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	return "its output ends: " + strings.Join(lines[max(0, len(lines)-3):], " / ") + " (all of it: " + log + ")"
+}
+
+// lineWith is the first line of s that holds text.
+func lineWith(s, text string) string {
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, text) {
+			return strings.TrimSpace(l)
+		}
+	}
+	return firstLine(s)
 }
 
 func firstNonEmpty(a, b string) string {
