@@ -32,8 +32,9 @@ type Entry struct {
 	// Explore, when set, finds the bug with make explore's budget over Spec; without it the spec finds
 	// it unperturbed (an oracle or an assertion).
 	Explore *Exploration `json:"explore,omitempty"`
-	// Expect is a text the failure at the buggy version must hold (the oracle's name, the field that
-	// differs), so that a failure of another cause is not counted as finding the bug.
+	// Expect is a regular expression the failure at the buggy version must match (the oracle's name, the
+	// check's words, the field that differs), so that a failure of another cause is not counted as finding
+	// the bug.
 	Expect string `json:"expect"`
 	// FoundBy says in words what finds it (the oracle, or the check the failing point's run fails).
 	FoundBy string `json:"foundBy"`
@@ -88,6 +89,9 @@ func (e Entry) check(examples string) error {
 		return errors.New("summary, spec, expect and foundBy are all required")
 	case e.Buggy == "" || e.Fixed == "" || e.Buggy == e.Fixed:
 		return errors.New("buggy and fixed must be two versions")
+	}
+	if _, err := regexp.Compile(e.Expect); err != nil {
+		return fmt.Errorf("expect %q is not a regular expression: %w", e.Expect, err)
 	}
 	if e.Explore != nil {
 		if e.Explore.Modes == "" || e.Explore.Budget == "" {

@@ -9,8 +9,8 @@
 // Per entry:
 //
 //  1. At the buggy version: with explore, bin/explore over the spec with the entry's modes and budget,
-//     stopping at the first point whose failure holds the entry's Expect text (-until); without, the
-//     example's spec alone (go test), whose failure must hold it. Points that failed otherwise on the way are
+//     stopping at the first point whose failure matches the entry's Expect (-until); without, the
+//     example's spec alone (go test), whose failure must match it. Points that failed otherwise on the way are
 //     findings of their own: the row names them (Others), and they do not count as finding the bug.
 //  2. At the fixed version, when it was found: the same failing point alone (-points), or the same spec.
 //     It must pass.
@@ -201,20 +201,21 @@ func runEntry(ctx context.Context, c config, e Entry, dir string, out io.Writer)
 	fmt.Fprintf(out, "%s: %s at %s\n", e.Bug, e.Example, e.Buggy)
 	if e.Explore != nil {
 		x, took, err := explore(ctx, c, example, e.Buggy, filepath.Join(dir, "buggy"),
-			"-focus", focus, "-modes", e.Explore.Modes, "-budget", e.Explore.Budget, "-until", regexp.QuoteMeta(e.Expect))
+			"-focus", focus, "-modes", e.Explore.Modes, "-budget", e.Explore.Budget, "-until", e.Expect)
 		if err != nil {
 			return row, err
 		}
 		row.TimeToFind = Duration(took)
 		row.Tried = len(x.Rows)
+		expect := regexp.MustCompile(e.Expect) // checked by readCatalog
 		for i, r := range x.Rows {
 			if r.Verdict != "fail" {
 				continue
 			}
 			failure := firstNonEmpty(r.Difference, r.Failure)
-			if !row.Found && strings.Contains(r.Difference+"\n"+r.Failure, e.Expect) {
-				// The row shows the line that holds the entry's text, not the first difference beside it.
-				row.Found, row.Tried, row.Point, row.Failure = true, i+1, r.Point, lineWith(r.Failure+"\n"+r.Difference, e.Expect)
+			if !row.Found && expect.MatchString(r.Difference+"\n"+r.Failure) {
+				// The row shows the line that matches the entry's expect, not the first difference beside it.
+				row.Found, row.Tried, row.Point, row.Failure = true, i+1, r.Point, lineWith(r.Failure+"\n"+r.Difference, expect)
 				continue
 			}
 			row.Others = append(row.Others, r.Point+": "+failure)
@@ -240,7 +241,7 @@ func runEntry(ctx context.Context, c config, e Entry, dir string, out io.Writer)
 	}
 	row.TimeToFind = Duration(took)
 	row.Failure = firstLine(sr.Failure.Message)
-	row.Found = sr.State.Is(types.SpecStateFailureStates) && strings.Contains(sr.Failure.Message, e.Expect)
+	row.Found = sr.State.Is(types.SpecStateFailureStates) && regexp.MustCompile(e.Expect).MatchString(sr.Failure.Message)
 	if !row.Found {
 		if !sr.State.Is(types.SpecStateFailureStates) {
 			row.Failure = "the spec " + sr.State.String()
@@ -350,10 +351,10 @@ func tail(log string) string {
 	return "its output ends: " + strings.Join(lines[max(0, len(lines)-3):], " / ") + " (all of it: " + log + ")"
 }
 
-// lineWith is the first line of s that holds text.
-func lineWith(s, text string) string {
+// lineWith is the first line of s that re matches.
+func lineWith(s string, re *regexp.Regexp) string {
 	for _, l := range strings.Split(s, "\n") {
-		if strings.Contains(l, text) {
+		if re.MatchString(l) {
 			return strings.TrimSpace(l)
 		}
 	}
