@@ -155,14 +155,15 @@ SUITE ?=
 LAG ?=
 UNTIL ?=
 SHARD ?=
+FROM ?=
 MERGE ?=
 EXPLORE_JOBS ?= 1
 
 .PHONY: explore
-explore: envtest-assets $(BIN)/explore ## Perturb the FOCUS=<spec regexp> specs one point at a time and compare with their unperturbed runs: point | mode | verdict | first difference, a rerun command per failing point (MODES=a,b|all, BUDGET=40|20m, POINTS=, REPEAT=n, SUITE=examples/kuberay, LAG=15s, UNTIL=<regexp> stops at the first point whose failure it matches (. for any), SHARD=i/n runs a part, EXPLORE_JOBS=1, REPORT_DIR=dir).
+explore: envtest-assets $(BIN)/explore ## Perturb the FOCUS=<spec regexp> specs one point at a time and compare with their unperturbed runs: point | mode | verdict | first difference, a rerun command per failing point (MODES=a,b|all, BUDGET=40|20m, POINTS=, REPEAT=n, SUITE=examples/kuberay, LAG=15s, UNTIL=<regexp> stops at the first point whose failure it matches (. for any), SHARD=i/n runs a part, FROM=dir takes an earlier run's unperturbed runs, EXPLORE_JOBS=1, REPORT_DIR=dir).
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(BIN)/explore -focus "$$FOCUS" -j $(EXPLORE_JOBS) -timeout $(SUITE_TIMEOUT) \
 	  $(if $(MODES),-modes "$$MODES") $(if $(BUDGET),-budget "$(BUDGET)") $(if $(POINTS),-points "$$POINTS") \
-	  $(if $(REPEAT),-repeat "$(REPEAT)") $(if $(SUITE),-suite "$(SUITE)") $(if $(LAG),-lag "$(LAG)") $(if $(UNTIL),-until "$$UNTIL") $(if $(SHARD),-shard "$(SHARD)") \
+	  $(if $(REPEAT),-repeat "$(REPEAT)") $(if $(SUITE),-suite "$(SUITE)") $(if $(LAG),-lag "$(LAG)") $(if $(UNTIL),-until "$$UNTIL") $(if $(SHARD),-shard "$(SHARD)") $(if $(FROM),-from $(abspath $(FROM))) \
 	  $(if $(REPORT_DIR),-report-dir $(abspath $(REPORT_DIR)))
 
 EXPLORE_MERGE_NEEDS = make explore-merge: pass MERGE='<shard dir>/explore.json ...', every shard's, and REPORT_DIR=<dir> for the joined explore.json

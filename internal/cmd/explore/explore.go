@@ -63,8 +63,8 @@ func modeNames() string {
 	return strings.Join(s, ",")
 }
 
-// Budget bounds how many enumerated points run: Points of them, or as many as start within Time of the
-// first. Exactly one is set.
+// Budget bounds how many enumerated points run: Points of them (0: none), or as many as start within Time
+// of the first (Time set).
 type Budget struct {
 	Points int
 	Time   time.Duration
@@ -78,17 +78,17 @@ func (b Budget) String() string {
 	return strconv.Itoa(b.Points)
 }
 
-// parseBudget reads -budget: a positive number of points ("40") or a positive duration ("20m"). Errors:
-// anything else.
+// parseBudget reads -budget: a number of points ("40"; 0 runs the unperturbed runs and the enumeration
+// only, for shards' -from) or a positive duration ("20m"). Errors: anything else.
 func parseBudget(s string) (Budget, error) {
 	s = strings.TrimSpace(s)
-	if n, err := strconv.Atoi(s); err == nil && n > 0 {
+	if n, err := strconv.Atoi(s); err == nil && n >= 0 {
 		return Budget{Points: n}, nil
 	}
 	if d, err := time.ParseDuration(s); err == nil && d > 0 {
 		return Budget{Time: d}, nil
 	}
-	return Budget{}, fmt.Errorf("-budget (make's BUDGET) %q is neither a positive number of points (40) nor a duration (20m)", s)
+	return Budget{}, fmt.Errorf("-budget (make's BUDGET) %q is neither a positive number of points (40) nor a duration (20m); 0 runs the unperturbed runs only", s)
 }
 
 // SpecPoint is one point set on one spec's run.

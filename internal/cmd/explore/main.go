@@ -81,8 +81,9 @@ type config struct {
 	timeout, lag                                   time.Duration
 	// until stops taking points once one has failed with a failure it matches ("" never stops).
 	until string
-	// shard is -shard ("i/n", "" for all the points); merge is -merge's explore.json files.
-	shard, merge string
+	// shard is -shard ("i/n", "" for all the points); merge is -merge's explore.json files; from is -from,
+	// a previous run's directory whose unperturbed runs this one takes instead of running its own.
+	shard, merge, from string
 	// bin is a compiled test binary of suite to run instead of compiling one (the tests' fake suite).
 	bin string
 }
@@ -96,6 +97,7 @@ func main() {
 	flag.DurationVar(&c.lag, "lag", defaultLag, "how long the lagged stale points hold their object from the writer's manager (0: none)")
 	flag.StringVar(&c.until, "until", "", "stop taking points once one fails with a failure or first difference this regexp matches (. for any failure; the points under way finish): how many points it took to find it")
 	flag.StringVar(&c.shard, "shard", "", "run the i-th of n parts of the points, as i/n (a matrix job each; -merge joins them)")
+	flag.StringVar(&c.from, "from", "", "take the unperturbed runs (baseline-1, baseline-2) of this earlier run's -report-dir instead of running them, so shards enumerate the same points (make explore BUDGET=0 makes one)")
 	flag.StringVar(&c.merge, "merge", "", "join these shards' explore.json files (separated by spaces) into one table and explore.json under -report-dir, running nothing")
 	flag.StringVar(&c.points, "points", "", "run these points (perturb.Parse's form, separated by spaces) on every focused spec instead of enumerating; -budget does not apply")
 	flag.IntVar(&c.repeat, "repeat", 1, "run each point this many times and report whether the verdicts agree")
@@ -134,7 +136,7 @@ func fail(err error) {
 // makeVars are the make variables that set the flags.
 var makeVars = map[string]string{"suite": "SUITE", "focus": "FOCUS", "modes": "MODES", "budget": "BUDGET", "points": "POINTS",
 	"repeat": "REPEAT", "j": "EXPLORE_JOBS", "report-dir": "REPORT_DIR", "timeout": "SUITE_TIMEOUT", "lag": "LAG", "until": "UNTIL",
-	"shard": "SHARD", "merge": "MERGE"}
+	"shard": "SHARD", "merge": "MERGE", "from": "FROM"}
 
 // plan is the command line, read.
 type plan struct {
@@ -291,9 +293,23 @@ func run(ctx context.Context, c config, out io.Writer) (Exploration, error) {
 func baselines(ctx context.Context, c config, r *runner, x *Exploration, out io.Writer) (records, second []perturb.Record, desc string, err error) {
 	bases := []string{"baseline-1", "baseline-2"}
 	var baseRuns [2]runResult
-	parallel(min(c.jobs, 2), 2, func(i int) {
-		baseRuns[i] = r.run(ctx, filepath.Join(r.dir, bases[i]), c.focus, "", "")
-	})
+	if c.from != "" {
+		// An earlier run's: every shard of a sweep enumerates from the same records.
+		for i, b := range bases {
+			dir, err := filepath.Abs(filepath.Join(c.from, b))
+			if err != nil {
+				return nil, nil, "", err
+			}
+			baseRuns[i] = runResult{dir: dir, records: filepath.Join(dir, "records")}
+			if baseRuns[i].Reports, err = ginkgoreport.Read(filepath.Join(dir, "suite.json")); err != nil {
+				return nil, nil, "", fmt.Errorf("-from (make's FROM) %s has no unperturbed run %s (%v): pass the -report-dir of an earlier make explore, such as one with BUDGET=0", c.from, b, err)
+			}
+		}
+	} else {
+		parallel(min(c.jobs, 2), 2, func(i int) {
+			baseRuns[i] = r.run(ctx, filepath.Join(r.dir, bases[i]), c.focus, "", "")
+		})
+	}
 	for i, res := range baseRuns {
 		if ctx.Err() != nil {
 			return nil, nil, "", errors.New("interrupted during the baselines")

@@ -209,7 +209,9 @@ func TestShardsMergeIntoTheWholeRun(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the whole run: %v\n%s", err, out.String())
 	}
+	// The shards take the whole run's unperturbed runs (-from), as a sweep's shards take one plan's.
 	var files []string
+	c.from = filepath.Join(dir, "whole")
 	for _, s := range []string{"2/2", "1/2"} {
 		out.Reset()
 		c.shard, c.reportDir = s, filepath.Join(dir, "shard-"+s[:1])
@@ -218,6 +220,14 @@ func TestShardsMergeIntoTheWholeRun(t *testing.T) {
 			t.Fatalf("shard %s: %v, %d rows of %d\n%s", s, err, len(x.Rows), len(whole.Rows), out.String())
 		}
 		files = append(files, filepath.Join(c.reportDir, "explore.json"))
+	}
+	focuses, _ := os.ReadFile(filepath.Join(dir, "focuses"))
+	if n := strings.Count(string(focuses), "scales\n"); n != 2 {
+		t.Errorf("%d unperturbed runs, want the whole run's 2 only: the shards take them with -from", n)
+	}
+	c.from = filepath.Join(dir, "nowhere")
+	if _, err := run(context.Background(), c, io.Discard); err == nil || !strings.Contains(err.Error(), "has no unperturbed run baseline-1") {
+		t.Errorf("-from a directory without unperturbed runs: %v", err)
 	}
 	out.Reset()
 	merged, err := mergeShards(files, filepath.Join(dir, "merged"), &out)
