@@ -48,7 +48,12 @@ var (
 
 func TestScenarios(t *testing.T) {
 	RegisterFailHandler(Fail)
-	RunSpecs(t, "ensemble scenarios")
+	// suite.Runs lets make explore run several points of a spec in this one process.
+	cfg, rep := GinkgoConfiguration()
+	if n := suite.Runs(); n > 1 {
+		cfg.MustPassRepeatedly = n
+	}
+	RunSpecs(t, "ensemble scenarios", cfg, rep)
 }
 
 var _ = BeforeSuite(func(ctx SpecContext) {

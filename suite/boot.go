@@ -228,16 +228,20 @@ type Suite struct {
 	// chmu guards changeTriggers, the points with change triggers the cases armed.
 	chmu           sync.Mutex
 	changeTriggers []*changeTrigger
-	// runPoints are ENSEMBLE_PERTURB's points, set on every spec's case; baselines are ENSEMBLE_BASELINE's end
+	// runs are ENSEMBLE_PERTURB's runs of each spec, one (unperturbed) without it (see beginRun);
+	// specRuns counts each spec's runs (guarded by mu). baselines are ENSEMBLE_BASELINE's end
 	// states by spec name, for the differential oracle; exploreDir is ENSEMBLE_EXPLORE's directory, where
 	// each case leaves its perturb.Record.
-	runPoints  []perturb.Point
+	runs       [][]perturb.Point
+	specRuns   map[string]*specRun
 	baselines  map[string][]map[string]map[string]string
 	exploreDir string
 	managers   map[string]*Manager
 	order      []string
-	stopOnce   sync.Once
-	stopErr    error
+	// bootManagers are the names of Options.Managers, which a run after the first starts afresh.
+	bootManagers []string
+	stopOnce     sync.Once
+	stopErr      error
 }
 
 // Manager is a running manager started by Boot or StartManager. A restart point (perturb.Restart) stops
@@ -522,6 +526,7 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 		return nil, err
 	}
 	for _, mo := range opts.Managers {
+		s.bootManagers = append(s.bootManagers, mo.Name)
 		if _, err := s.StartManager(mo); err != nil {
 			_ = s.Stop()
 			return nil, err

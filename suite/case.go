@@ -20,6 +20,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+
+	"github.com/ensembletest/ensemble/suite/perturb"
 )
 
 // TB is what a Case needs of the test: satisfied by *testing.T and by Ginkgo's GinkgoT(). The Case's
@@ -64,6 +66,8 @@ type Case struct {
 	after              []func()
 	// marks are the failures noted for the case's timeline (see mark).
 	marks []mark
+	// run is which run of its spec the case belongs to (Suite.beginRun), from 1; 0 outside a test.
+	run int
 }
 
 // CaseOption changes how NewCase sets a case up.
@@ -96,6 +100,22 @@ func (s *Suite) NewCase(t TB, opts ...CaseOption) *Case {
 	if len(name) > 40 {
 		name = strings.Trim(name[:40], "-")
 	}
+	// ENSEMBLE_PERTURB's points are set on the cases of specs; a case made outside a test (a suite node's,
+	// such as a sentinel's) has no spec to judge it and keeps the interleaving it has.
+	var (
+		run    int
+		points []perturb.Point
+		c      *Case
+	)
+	if t.Name() != "" {
+		var err error
+		run, points, err = s.beginRun(t.Name())
+		// Registered first, so it runs after the case's cleanup; a case never made ends its run too.
+		t.Cleanup(func() { s.endRun(t.Name(), c) })
+		if err != nil {
+			t.Fatalf("%v", err)
+		}
+	}
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
 	ns := "e-" + name + "-" + hex.EncodeToString(b)[:5]
@@ -103,7 +123,7 @@ func (s *Suite) NewCase(t TB, opts ...CaseOption) *Case {
 	if err != nil {
 		t.Fatalf("suite: a client for case %s: %v", ns, err)
 	}
-	c := &Case{Namespace: ns, t: t, ctx: t.Context(), s: s, Started: time.Now(), Client: client.WithFieldOwner(cl, CaseFieldManager), admitted: true}
+	c = &Case{Namespace: ns, t: t, ctx: t.Context(), s: s, Started: time.Now(), Client: client.WithFieldOwner(cl, CaseFieldManager), admitted: true, run: run}
 	for _, o := range opts {
 		o(c)
 	}
@@ -113,12 +133,8 @@ func (s *Suite) NewCase(t TB, opts ...CaseOption) *Case {
 	if c.admitted {
 		s.gate.admit(ns)
 	}
-	// ENSEMBLE_PERTURB's points are set on the cases of specs; a case made outside a test (a suite node's,
-	// such as a sentinel's) has no spec to judge it and keeps the interleaving it has.
-	if t.Name() != "" {
-		for _, p := range s.runPoints {
-			s.arm(s.planFor(ns, true), p)
-		}
+	for _, p := range points {
+		s.arm(s.planFor(ns, true), p)
 	}
 	t.Cleanup(c.cleanup)
 	return c

@@ -14,8 +14,8 @@ import (
 	"github.com/ensembletest/ensemble/suite/perturb"
 )
 
-// perturbationEnv reads the three variables make explore drives a run with: ENSEMBLE_PERTURB (points set
-// on every spec's case, perturb.ParseList's form), ENSEMBLE_BASELINE (directories of unperturbed runs' records,
+// perturbationEnv reads the three variables make explore drives a run with: ENSEMBLE_PERTURB (the runs of
+// each spec and the points set on each run's case, perturb.ParseRuns's form), ENSEMBLE_BASELINE (directories of unperturbed runs' records,
 // separated by the OS path list separator, for the differential oracle) and ENSEMBLE_EXPLORE (the
 // directory each case writes its record to). A point's writer is not checked against the managers here: a
 // spec may start the instance it names (Suite.StartManager). A point that never fires is "not reached" in make
@@ -23,16 +23,18 @@ import (
 // Case.reportPoints). Errors: a point that does not parse or names an external system the suite lacks, a baseline directory that cannot be read or holds no record, a record that does
 // not parse, an explore directory that cannot be made.
 func (s *Suite) perturbationEnv() error {
-	points, err := perturb.ParseList(os.Getenv("ENSEMBLE_PERTURB"))
+	runs, err := perturb.ParseRuns(os.Getenv("ENSEMBLE_PERTURB"))
 	if err != nil {
 		return fmt.Errorf("suite: ENSEMBLE_PERTURB: %w", err)
 	}
-	for _, p := range points {
-		if err := s.checkPoint(p); err != nil {
-			return fmt.Errorf("suite: ENSEMBLE_PERTURB: point %s: %w", p, err)
+	for _, points := range runs {
+		for _, p := range points {
+			if err := s.checkPoint(p); err != nil {
+				return fmt.Errorf("suite: ENSEMBLE_PERTURB: point %s: %w", p, err)
+			}
 		}
 	}
-	s.runPoints = points
+	s.runs = runs
 	if dirs := os.Getenv("ENSEMBLE_BASELINE"); dirs != "" {
 		s.baselines = map[string][]map[string]map[string]string{}
 		for _, dir := range filepath.SplitList(dirs) {
@@ -65,7 +67,7 @@ func readRecords(dir string) ([]perturb.Record, error) {
 
 // writeRecord writes the case's perturb.Record to ENSEMBLE_EXPLORE's directory.
 func (c *Case) writeRecord(points, firedAt []string, end map[string]map[string]string, failures []string) error {
-	r := perturb.Record{Spec: c.t.Name(), Namespace: c.Namespace, Points: points, Fired: firedAt,
+	r := perturb.Record{Spec: c.t.Name(), Namespace: c.Namespace, Run: c.run, Started: c.Started, Ended: time.Now(), Points: points, Fired: firedAt,
 		EndState: end, Failed: c.t.Failed() || len(failures) > 0, Writes: []perturb.RecordWrite{}}
 	for name := range c.s.externals {
 		r.Externals = append(r.Externals, name)
@@ -109,7 +111,11 @@ func (c *Case) writeRecord(points, firedAt []string, end map[string]map[string]s
 	if len(name) > 80 {
 		name = name[:80]
 	}
-	return errors.Join(os.WriteFile(filepath.Join(c.s.exploreDir, fmt.Sprintf("%s-%08x.json", name, h.Sum32())), b, 0o644))
+	file := fmt.Sprintf("%s-%08x.json", name, h.Sum32())
+	if c.run > 1 {
+		file = fmt.Sprintf("%s-%08x-run%d.json", name, h.Sum32(), c.run)
+	}
+	return errors.Join(os.WriteFile(filepath.Join(c.s.exploreDir, file), b, 0o644))
 }
 
 // watchingSince maps each running manager to the kinds its cache's informers watch and when the first

@@ -212,6 +212,7 @@ func TestPlainTestingT(t *testing.T) {
 	t.Run("oracles", func(t *testing.T) { testOracles(t, s) })
 	t.Run("requested timeline", func(t *testing.T) { testRequestedTimeline(t, s) })
 	t.Run("perturbation", func(t *testing.T) { testPerturbation(t, s) })
+	t.Run("runs", func(t *testing.T) { testRuns(t, s) })
 	t.Run("leader election", func(t *testing.T) { testLeaderElection(t, s) })
 	t.Run("cluster-scoped objects", func(t *testing.T) { testClusterScoped(t, s) })
 	t.Run("clientset writes", func(t *testing.T) { testClientsetWrites(t, s) })

@@ -102,6 +102,19 @@ func (h *holds) hold(kind, namespace, name string, coalesce bool) (release func(
 	return h.claim(heldKey{kind, namespace, name}, coalesce)
 }
 
+// heldIn returns the held objects of namespace ns.
+func (h *holds) heldIn(ns string) []heldKey {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var out []heldKey
+	for k := range h.held {
+		if k.namespace == ns {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
 // claim adds one hold on k and returns its release (hold's). Called with h.mu held.
 func (h *holds) claim(k heldKey, coalesce bool) (release func()) {
 	c := h.held[k]

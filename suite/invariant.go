@@ -51,7 +51,7 @@ func (c *Case) Invariant(name string, fn func(ctx context.Context, r client.Read
 	c.mu.Lock()
 	c.invariants = append(c.invariants, inv)
 	c.mu.Unlock()
-	go func() {
+	goCase(c.Namespace, func() {
 		defer close(inv.done)
 		for {
 			wake := c.s.notify.wait()
@@ -68,7 +68,7 @@ func (c *Case) Invariant(name string, fn func(ctx context.Context, r client.Read
 			case <-wake:
 			}
 		}
-	}()
+	})
 }
 
 // RequireInvariants fails the test (Fatalf) with the first violation of any invariant of the case, with the

@@ -413,7 +413,7 @@ func (s *Suite) startHeld(pl *plan, p perturb.Point, manager, kind, name string,
 // held, the plan not closed).
 func (pl *plan) releaseAfter(f *firing, lag time.Duration) {
 	pl.pending.Add(1)
-	go func() {
+	goCase(pl.ns, func() {
 		defer pl.pending.Done()
 		t := time.NewTimer(lag)
 		defer t.Stop()
@@ -422,21 +422,21 @@ func (pl *plan) releaseAfter(f *firing, lag time.Duration) {
 			pl.release(f)
 		case <-f.ended:
 		}
-	}()
+	})
 }
 
 // releaseWhenQuiet releases f once the plan's namespace is quiet for quietRelease, or after
 // quietReleaseMax (called with pl.mu held, the plan not closed).
 func (s *Suite) releaseWhenQuiet(pl *plan, f *firing) {
 	pl.pending.Add(1)
-	go func() {
+	goCase(pl.ns, func() {
 		defer pl.pending.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), quietReleaseMax)
 		defer cancel()
 		// Quiet or not within quietReleaseMax, the point ends: a lasting hold would only stall the case.
 		_, _ = s.waitQuiescent(ctx, pl.ns, time.Now(), quietRelease, quietReleaseMax)
 		pl.release(f)
-	}()
+	})
 }
 
 // release ends one firing (once).

@@ -138,8 +138,8 @@ func testPerturbation(t *testing.T, s *Suite) {
 		NewWithT(t).Eventually(cached).WithTimeout(patience).Should(Equal("yes"))
 	})
 	t.Run("run points skip a case outside a spec", func(t *testing.T) {
-		s.runPoints = []perturb.Point{{Mode: perturb.Conflict, Writer: "op", Trigger: perturb.Nth(1)}}
-		defer func() { s.runPoints = nil }()
+		s.runs = [][]perturb.Point{{{Mode: perturb.Conflict, Writer: "op", Trigger: perturb.Nth(1)}}}
+		defer func() { s.runs = [][]perturb.Point{nil} }()
 		for name, want := range map[string]bool{"": false, "a spec": true} {
 			p := &recordtb.TB{TestName: name}
 			c := s.NewCase(p)
@@ -152,9 +152,9 @@ func testPerturbation(t *testing.T, s *Suite) {
 	t.Run("a writer that names nothing fails the case", func(t *testing.T) {
 		// As ENSEMBLE_PERTURB sets them: a typo of the manager fails the case naming the writers there are; a
 		// real writer whose point did not fire is only reported.
-		s.runPoints = []perturb.Point{{Mode: perturb.Conflict, Writer: "opp", Trigger: perturb.Nth(1)},
-			{Mode: perturb.Conflict, Writer: "op/looper", Object: "ConfigMap/none", Trigger: perturb.Nth(1)}}
-		defer func() { s.runPoints = nil }()
+		s.runs = [][]perturb.Point{{{Mode: perturb.Conflict, Writer: "opp", Trigger: perturb.Nth(1)},
+			{Mode: perturb.Conflict, Writer: "op/looper", Object: "ConfigMap/none", Trigger: perturb.Nth(1)}}}
+		defer func() { s.runs = [][]perturb.Point{nil} }()
 		p := &recordtb.TB{TestName: "writer typo"}
 		c := s.NewCase(p)
 		createSeen(t, c, "m")
@@ -358,4 +358,96 @@ func cachedSeen(t *testing.T, s *Suite, c *Case, name string) func() string {
 		}
 		return got.Data["seen"]
 	}
+}
+
+// testRuns checks ENSEMBLE_PERTURB's runs: each run of a spec gets its own points and fresh manager
+// instances, a run past the sequence fails, and a run that left something behind fails the next one.
+func testRuns(t *testing.T, s *Suite) {
+	conflict := perturb.Point{Mode: perturb.Conflict, Writer: "op", Trigger: perturb.Nth(1)}
+	timeout := perturb.Point{Mode: perturb.Timeout, Writer: "op", Trigger: perturb.Nth(2)}
+	defer func() { s.runs = [][]perturb.Point{nil} }()
+	armed := func(ns string) []string {
+		pl := s.planFor(ns, false)
+		if pl == nil {
+			return nil
+		}
+		pl.mu.Lock()
+		defer pl.mu.Unlock()
+		var out []string
+		for _, a := range pl.armed {
+			out = append(out, a.p.String())
+		}
+		return out
+	}
+	running := func() *Manager {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.managers["op"]
+	}
+
+	t.Run("each run its points and fresh managers", func(t *testing.T) {
+		s.runs = [][]perturb.Point{{conflict}, {timeout}}
+		p := &recordtb.TB{TestName: "two runs", Ginkgo: true}
+		first := running()
+		for run, want := range []string{conflict.String(), timeout.String()} {
+			p.Run(func() {
+				c := s.NewCase(p)
+				c.OptOut(Convergence, "the runs' bookkeeping is under test, not an operator")
+				if got := armed(c.Namespace); !slices.Equal(got, []string{want}) {
+					t.Errorf("run %d armed %v, want [%s]", run+1, got, want)
+				}
+			})
+			p.RunCleanups()
+		}
+		if fresh := running(); fresh == first || fresh == nil {
+			t.Errorf("manager op is the same instance in run 2 as in run 1 (%p), want a fresh one", first)
+		}
+		if msg := strings.Join(append(p.Fatals(), p.Errors()...), "\n"); msg != "" {
+			t.Fatalf("two runs of two: %s", msg)
+		}
+		p.Run(func() { s.NewCase(p) })
+		p.RunCleanups()
+		if got := strings.Join(p.Fatals(), "\n"); !strings.Contains(got, "gives 2 runs") {
+			t.Errorf("a third run of a sequence of two failed with %q, want one that says it gives 2 runs", got)
+		}
+	})
+
+	t.Run("a run's leftovers fail the next run", func(t *testing.T) {
+		s.runs = [][]perturb.Point{nil, nil}
+		p := &recordtb.TB{TestName: "leaky runs", Ginkgo: true}
+		var ns string
+		p.Run(func() {
+			c := s.NewCase(p)
+			c.OptOut(Convergence, "the runs' bookkeeping is under test, not an operator")
+			ns = c.Namespace
+		})
+		p.RunCleanups()
+		if msg := strings.Join(append(p.Fatals(), p.Errors()...), "\n"); msg != "" {
+			t.Fatalf("run 1: %s", msg)
+		}
+		// What a harness bug could leave behind: a plan, an admission, a held object, a goroutine.
+		s.arm(s.planFor(ns, true), conflict)
+		s.gate.admit(ns)
+		release := running().holds.hold("ConfigMap", ns, "kept", false)
+		block := make(chan struct{})
+		goCase(ns, func() { <-block })
+		defer func() {
+			close(block)
+			release()
+			s.gate.close(ns)
+			s.pmu.Lock()
+			delete(s.plans, ns)
+			s.pmu.Unlock()
+		}()
+		p.Run(func() { s.NewCase(p) })
+		p.RunCleanups()
+		got := strings.Join(p.Fatals(), "\n")
+		for _, want := range []string{"run 2 of \"leaky runs\" cannot begin", "plan of namespace " + ns + " is still armed",
+			"namespace " + ns + " is still admitted", "holds back ConfigMap/kept of namespace " + ns,
+			"1 goroutines the harness started for namespace " + ns} {
+			if !strings.Contains(got, want) {
+				t.Errorf("run 2 failed with %q, want it to say %q", got, want)
+			}
+		}
+	})
 }

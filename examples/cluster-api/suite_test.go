@@ -28,7 +28,12 @@ var s *suite.Suite
 // TestClusterAPI runs the Ginkgo suite of cluster-api's core controllers under ensemble.
 func TestClusterAPI(t *testing.T) {
 	RegisterFailHandler(Fail)
-	RunSpecs(t, "ensemble: cluster-api "+clusterapi.Version)
+	// suite.Runs lets make explore run several points of a spec in this one process.
+	cfg, rep := GinkgoConfiguration()
+	if n := suite.Runs(); n > 1 {
+		cfg.MustPassRepeatedly = n
+	}
+	RunSpecs(t, "ensemble: cluster-api "+clusterapi.Version, cfg, rep)
 }
 
 // noPins is the defect catalog: no cluster-api defect is pinned, so every KnownDefect reference is unknown.

@@ -26,7 +26,12 @@ var s *suite.Suite
 // TestKubeRay runs the Ginkgo suite of KubeRay's reconcilers under ensemble.
 func TestKubeRay(t *testing.T) {
 	RegisterFailHandler(Fail)
-	RunSpecs(t, "ensemble: KubeRay ray-operator "+kuberay.Version)
+	// suite.Runs lets make explore run several points of a spec in this one process.
+	cfg, rep := GinkgoConfiguration()
+	if n := suite.Runs(); n > 1 {
+		cfg.MustPassRepeatedly = n
+	}
+	RunSpecs(t, "ensemble: KubeRay ray-operator "+kuberay.Version, cfg, rep)
 }
 
 // noPins is the defect catalog: no KubeRay defect is pinned, so every KnownDefect reference is unknown.

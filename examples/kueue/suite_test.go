@@ -23,7 +23,12 @@ var s *suite.Suite
 // TestKueue runs the Ginkgo suite of Kueue under ensemble.
 func TestKueue(t *testing.T) {
 	RegisterFailHandler(Fail)
-	RunSpecs(t, "ensemble: Kueue v0.17.0")
+	// suite.Runs lets make explore run several points of a spec in this one process.
+	cfg, rep := GinkgoConfiguration()
+	if n := suite.Runs(); n > 1 {
+		cfg.MustPassRepeatedly = n
+	}
+	RunSpecs(t, "ensemble: Kueue v0.17.0", cfg, rep)
 }
 
 // noPins is the defect catalog: no Kueue defect is pinned, so every KnownDefect reference is unknown.

@@ -386,7 +386,25 @@ func (p Point) validateMode() error {
 	return nil
 }
 
-// ParseList reads points separated by spaces or semicolons (ENSEMBLE_PERTURB's form). Errors: Parse's.
+// ParseRuns reads ENSEMBLE_PERTURB: the runs of each spec in one process, separated by "|", each a list of
+// points in ParseList's form (an empty one is an unperturbed run). "" and a list without "|" are one run;
+// "|" is two unperturbed runs. Errors: ParseList's, naming the run.
+func ParseRuns(s string) ([][]Point, error) {
+	var out [][]Point
+	for i, run := range strings.Split(s, RunSeparator) {
+		points, err := ParseList(run)
+		if err != nil {
+			return nil, fmt.Errorf("run %d: %w", i+1, err)
+		}
+		out = append(out, points)
+	}
+	return out, nil
+}
+
+// RunSeparator separates the runs of ENSEMBLE_PERTURB (see ParseRuns).
+const RunSeparator = "|"
+
+// ParseList reads points separated by spaces or semicolons (one run of ENSEMBLE_PERTURB). Errors: Parse's.
 func ParseList(s string) ([]Point, error) {
 	var out []Point
 	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ';' || r == ' ' || r == '\n' || r == '\t' }) {

@@ -18,6 +18,11 @@ type Record struct {
 	// Spec is the test's name (Ginkgo's full spec text); Namespace the case's namespace.
 	Spec      string `json:"spec"`
 	Namespace string `json:"namespace"`
+	// Run is which run of its spec in the process the case belongs to, from 1 (see ParseRuns).
+	Run int `json:"run,omitempty"`
+	// Started is when the case was made; Ended when its cleanup wrote the record.
+	Started time.Time `json:"started"`
+	Ended   time.Time `json:"ended"`
 	// Points are the points set on the case, as strings; Fired names each firing, "point at Kind/name
 	// (verb by writer)", in order.
 	Points []string `json:"points,omitempty"`

@@ -1,0 +1,237 @@
+package suite
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ensembletest/ensemble/suite/perturb"
+)
+
+// Runs is how many runs of each spec ENSEMBLE_PERTURB asks of this test process (perturb.ParseRuns): make
+// explore runs several points of one spec in one process, a point a run, so a point pays for its spec and not
+// for a boot. It is 1 without the variable, and when the variable does not parse (Boot then returns the
+// error). Ginkgo's flags cannot run a spec more than once in a process, so a Ginkgo suite hands the count to
+// Ginkgo itself:
+//
+//	cfg, rep := GinkgoConfiguration()
+//	if n := suite.Runs(); n > 1 {
+//		cfg.MustPassRepeatedly = n // left at 0 otherwise, so -ginkgo.flake-attempts still applies
+//	}
+//	RunSpecs(t, "my operator", cfg, rep)
+//
+// Ginkgo ends the repetition at the first run that fails; make explore runs the points after it in a new
+// process. Between two runs of a spec the harness checks that the earlier run left nothing behind and starts
+// every manager Boot started afresh (see docs/architecture.md §3 Many points per process).
+func Runs() int {
+	runs, err := perturb.ParseRuns(os.Getenv("ENSEMBLE_PERTURB"))
+	if err != nil {
+		return 1
+	}
+	return len(runs)
+}
+
+// specRun counts one spec's runs in the process. A run begins with a case of the spec made while none of
+// its cases is live, so a spec that makes two cases is still one run.
+type specRun struct {
+	// n counts the runs begun; live the spec's cases not cleaned up yet.
+	n, live int
+	// ended are the cases of the runs that ended since the last isolation check.
+	ended []*Case
+}
+
+// beginRun counts a case of spec and returns its run (from 1) and the points ENSEMBLE_PERTURB sets on it:
+// the run's own, or with a single run every case's. When the case begins a second or later run of a
+// sequence, the runs before it are checked for leftovers (isolation) and the Boot managers are started
+// afresh first. Errors: a run past the sequence's end, a leftover, a manager that could not start again.
+func (s *Suite) beginRun(spec string) (int, []perturb.Point, error) {
+	s.mu.Lock()
+	if s.specRuns == nil {
+		s.specRuns = map[string]*specRun{}
+	}
+	sr := s.specRuns[spec]
+	if sr == nil {
+		sr = &specRun{}
+		s.specRuns[spec] = sr
+	}
+	fresh := sr.live == 0
+	if fresh {
+		sr.n++
+	}
+	sr.live++
+	run, ended := sr.n, sr.ended
+	if fresh {
+		sr.ended = nil
+	}
+	s.mu.Unlock()
+	if len(s.runs) == 1 {
+		return run, s.runs[0], nil
+	}
+	if run > len(s.runs) {
+		return run, nil, fmt.Errorf("suite: ENSEMBLE_PERTURB gives %d runs, and %q is starting its run %d: run each spec "+
+			"suite.Runs() times (Ginkgo's MustPassRepeatedly), not more", len(s.runs), spec, run)
+	}
+	if fresh && run > 1 {
+		if err := s.isolation(ended); err != nil {
+			return run, nil, fmt.Errorf("suite: run %d of %q cannot begin, since run %d left something behind that could reach it: %w", run, spec, run-1, err)
+		}
+		if err := s.freshManagers(); err != nil {
+			return run, nil, fmt.Errorf("suite: run %d of %q: %w", run, spec, err)
+		}
+	}
+	return run, s.runs[run-1], nil
+}
+
+// endRun counts the end of a case of spec, after its cleanup; c is nil when the case was never made.
+func (s *Suite) endRun(spec string, c *Case) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sr := s.specRuns[spec]; sr != nil {
+		sr.live--
+		if c != nil {
+			sr.ended = append(sr.ended, c)
+		}
+	}
+}
+
+// isolation checks that the cases of ended runs left nothing that could reach a later run: no perturbation
+// plan or change trigger of their namespaces, no object a manager's cache holds back for them, no fenced
+// manager still running, no manager running that Boot did not start, no namespace still admitted at the
+// gate, no goroutine the harness started for them, no object in their namespaces and no cluster-scoped
+// object they claimed. Errors: every leftover, one a line.
+func (s *Suite) isolation(cases []*Case) error {
+	var left []string
+	s.mu.Lock()
+	running := make([]*Manager, 0, len(s.managers))
+	for _, m := range s.managers {
+		running = append(running, m)
+	}
+	s.mu.Unlock()
+	for _, m := range running {
+		if p := m.wm.fence.Load(); p != nil {
+			left = append(left, fmt.Sprintf("manager %s is still running fenced by point %s", m.Name, p))
+		}
+		if !slices.Contains(s.bootManagers, m.Name) {
+			left = append(left, fmt.Sprintf("manager %s, which Boot did not start, is still running: stop it in an AfterCleanup", m.Name))
+		}
+	}
+	goroutines := caseGoroutines()
+	for _, c := range cases {
+		ns := c.Namespace
+		if s.planFor(ns, false) != nil {
+			left = append(left, fmt.Sprintf("the perturbation plan of namespace %s is still armed", ns))
+		}
+		s.chmu.Lock()
+		for _, ch := range s.changeTriggers {
+			if ch.pl.ns == ns {
+				left = append(left, fmt.Sprintf("point %s still waits for a change in namespace %s", ch.a.p, ns))
+			}
+		}
+		s.chmu.Unlock()
+		for _, m := range running {
+			for _, k := range m.holds.heldIn(ns) {
+				left = append(left, fmt.Sprintf("manager %s's cache still holds back %s/%s of namespace %s", m.Name, k.kind, k.name, ns))
+			}
+		}
+		if s.gate.admitted(ns) {
+			left = append(left, fmt.Sprintf("namespace %s is still admitted at the gate", ns))
+		}
+		if n := goroutines[ns]; n > 0 {
+			left = append(left, fmt.Sprintf("%d goroutines the harness started for namespace %s are still running", n, ns))
+		}
+		for _, o := range c.leftovers() {
+			left = append(left, fmt.Sprintf("%s/%s is still in namespace %s", o.GetObjectKind().GroupVersionKind().Kind, o.GetName(), ns))
+		}
+	}
+	if len(left) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(left, "; "))
+}
+
+// freshManagers stops every running manager Boot started and starts a fresh instance of each from its
+// ManagerOptions, in Boot's order; it returns once their controllers run (a follower's need not). A handle
+// to a manager follows it to the new instance, as after a restart point. Errors: a manager that does not
+// stop within Options.StopTimeout or does not start again.
+func (s *Suite) freshManagers() error {
+	s.mu.Lock()
+	var ms []*Manager
+	for _, name := range s.bootManagers {
+		if m := s.managers[name]; m != nil {
+			ms = append(ms, m)
+		}
+	}
+	s.mu.Unlock()
+	deadline := time.Now().Add(s.stopTimeout)
+	for _, m := range ms {
+		m.stop()
+	}
+	for _, m := range ms {
+		if err := m.stopInstance(deadline, s.stopTimeout); err != nil {
+			return fmt.Errorf("stopping manager %s for a fresh instance: %w", m.Name, err)
+		}
+	}
+	for _, m := range ms {
+		next, err := s.StartManager(m.opts)
+		if err != nil {
+			return fmt.Errorf("starting a fresh instance of manager %s: %w", m.Name, err)
+		}
+		if !m.restarted(next) || next.opts.LeaderElection {
+			continue
+		}
+		select {
+		case <-next.wm.workersRunning():
+		case <-time.After(s.startTimeout):
+			return fmt.Errorf("a fresh instance of manager %s started, but its controllers' workers did not start within %s", m.Name, s.startTimeout)
+		}
+	}
+	return nil
+}
+
+// caseLabel is the profiler label on the goroutines the harness starts for a case: its namespace.
+const caseLabel = "ensemble.case"
+
+// goCase runs f on a new goroutine labelled with the case namespace ns, which the isolation check counts.
+func goCase(ns string, f func()) {
+	go pprof.Do(context.Background(), pprof.Labels(caseLabel, ns), func(context.Context) { f() })
+}
+
+// caseGoroutines counts the running goroutines goCase started, by namespace, from the goroutine profile.
+func caseGoroutines() map[string]int {
+	var b bytes.Buffer
+	_ = pprof.Lookup("goroutine").WriteTo(&b, 1)
+	out := map[string]int{}
+	// Each stack is a block: "N @ addresses", then "# labels: {...}" when it has labels.
+	count := 0
+	sc := bufio.NewScanner(&b)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	prefix := "# labels: "
+	key := strconv.Quote(caseLabel) + ":"
+	for sc.Scan() {
+		line := sc.Text()
+		if n, _, ok := strings.Cut(line, " @ "); ok {
+			count, _ = strconv.Atoi(n)
+			continue
+		}
+		labels, ok := strings.CutPrefix(line, prefix)
+		if !ok {
+			continue
+		}
+		if _, v, ok := strings.Cut(labels, key); ok {
+			if ns, err := strconv.QuotedPrefix(v); err == nil {
+				if uq, err := strconv.Unquote(ns); err == nil {
+					out[uq] += count
+				}
+			}
+		}
+	}
+	return out
+}
