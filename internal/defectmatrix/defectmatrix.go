@@ -187,10 +187,12 @@ func run(ctx context.Context, c config, out io.Writer) (Matrix, error) {
 	r.ctx = ctx
 	defer os.RemoveAll(filepath.Dir(r.bin))
 	m.Runs = r.dir
-	// A temporary runs directory stays only for a matrix that found something (or could not be made).
+	// A temporary runs directory stays only for a matrix that found something (or could not be made after a
+	// run wrote into it).
 	made := false
 	defer func() {
-		if c.reportDir == "" && (ctx.Err() != nil || made && len(m.Undetected) == 0) {
+		ents, _ := os.ReadDir(r.dir)
+		if c.reportDir == "" && (ctx.Err() != nil || made && len(m.Undetected) == 0 || len(ents) == 0) {
 			_ = os.RemoveAll(r.dir)
 			m.Runs = ""
 		}

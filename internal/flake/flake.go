@@ -32,6 +32,7 @@ import (
 	"github.com/ensembletest/ensemble/internal/cmdline"
 	"github.com/ensembletest/ensemble/internal/ginkgoreport"
 	"github.com/ensembletest/ensemble/internal/suitebin"
+	"github.com/ensembletest/ensemble/internal/textout"
 )
 
 // Synopsis is the command's usage line.
@@ -141,7 +142,7 @@ func run(ctx context.Context, c config, out io.Writer) (int, error) {
 		}
 		return 2, err
 	}
-	fmt.Fprintf(out, "running %s %d times; runs under %s\n", what, c.runs, base)
+	fmt.Fprintf(out, "running %s %s; runs under %s\n", what, textout.Count(c.runs, "time", "times"), base)
 	root, _ := os.Getwd()
 	args := append([]string{"-test.v", "-ginkgo.v"}, filters...)
 	args = append(args, strings.Fields(c.ginkgoFlags)...)

@@ -58,7 +58,7 @@ func TestTheFirstFailingRunStopsItAndIsKept(t *testing.T) {
 	if code != 1 {
 		t.Fatalf("exit %d, want 1", code)
 	}
-	for _, s := range []string{"running the specs of -focus 'counts' 3 times", "run 1/3: passed in ", "(1 spec)",
+	for _, s := range []string{"running the specs of -focus 'counts' 3 times; runs under ", "run 1/3: passed in ", "(1 spec)",
 		"run 2/3: FAILED in ", "(1 spec ran; 1 of 3 runs passed before it)", "  FAILED flaky counts",
 		"run 2 fails on purpose", "failure dumps of run 2: none written under ", "run 2's verbose output: "} {
 		if !strings.Contains(out, s) {

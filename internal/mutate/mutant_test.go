@@ -3,6 +3,8 @@ package mutate
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
@@ -388,7 +390,7 @@ func TestCheckRefusesBadInput(t *testing.T) {
 		{"a negative max", func(c *config) { c.max = -1 }, "-max (make's MAX) is -1: pass how many covered mutants to run, 1 or more, or 0 for all"},
 		{"no job", func(c *config) { c.jobs = 0 }, "-j (make's MUTATE_JOBS) is 0"},
 		{"a negative timeout", func(c *config) { c.timeout = -time.Second }, "-timeout is -1s"},
-		{"a missing package", func(c *config) { c.pkg = "operators/nosuch" }, `-pkg (make's PKG) "operators/nosuch" is no package directory of the module (run from the module root): pass one of `},
+		{"a missing package", func(c *config) { c.pkg = "operators/nosuch" }, `-pkg (make's PKG) "operators/nosuch" is no package directory of the module (run from the module root): pass one of operators/matrixone`},
 		{"a package outside", func(c *config) { c.pkg = "../ensemble/operators/multigres" }, "is no package directory of the module"},
 		{"no package", func(c *config) { c.pkg = "" }, "pass -pkg (make's PKG) DIR, the package directory to mutate relative to the module root, such as "},
 	} {
@@ -431,5 +433,21 @@ func TestMainRefusesBadInputInOneLine(t *testing.T) {
 	errb.Reset()
 	if code := Main(context.Background(), []string{"-h"}, &out, &errb); code != 0 || !strings.HasPrefix(errb.String(), "usage: "+Synopsis) {
 		t.Errorf("-h: exit %d, stderr %q", code, errb.String())
+	}
+}
+
+func TestDropOtherModulesLeavesOutNestedModules(t *testing.T) {
+	t.Chdir(t.TempDir())
+	for _, f := range []string{"go.mod", "a/a.go", "v2/go.mod", "v2/b/b.go", "v2/c.go"} {
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ms, dropped := dropOtherModules([]Mutant{{File: "a/a.go"}, {File: "v2/b/b.go"}, {File: "v2/c.go"}, {File: "top.go"}})
+	if dropped != 2 || len(ms) != 2 || ms[0].File != "a/a.go" || ms[1].File != "top.go" {
+		t.Errorf("dropOtherModules kept %+v, dropped %d", ms, dropped)
 	}
 }

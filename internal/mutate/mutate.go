@@ -149,18 +149,31 @@ func check(c config) error {
 }
 
 // checkPkg says -pkg names no directory of Go files under the module root, and which it could name: the
-// module's first package directories, in walk order.
+// first package directories under -pkg's nearest existing ancestor (else the module root), in walk order,
+// nested modules left out.
 func checkPkg(pkg string) error {
 	if m, _ := filepath.Glob(filepath.Join(pkg, "*.go")); pkg != "" && len(m) > 0 && !strings.HasPrefix(pkg, "../") && !filepath.IsAbs(pkg) {
 		return nil
 	}
+	// The packages under -pkg's nearest existing ancestor come first: a typo in its last element names its
+	// siblings.
+	from := "."
+	for dir := filepath.Dir(filepath.Clean(pkg)); pkg != "" && dir != "." && dir != "/" && !strings.HasPrefix(dir, ".."); dir = filepath.Dir(dir) {
+		if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+			from = dir
+			break
+		}
+	}
 	var some []string
-	_ = filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+	_ = filepath.WalkDir(from, func(path string, d fs.DirEntry, err error) error {
 		if err != nil || !d.IsDir() {
 			return nil
 		}
-		if n := d.Name(); path != "." && (strings.HasPrefix(n, ".") || strings.HasPrefix(n, "_") || n == "testdata" || n == "vendor" || n == "bin") {
+		if n := d.Name(); path != from && (strings.HasPrefix(n, ".") || strings.HasPrefix(n, "_") || n == "testdata" || n == "vendor" || n == "bin") {
 			return filepath.SkipDir
+		}
+		if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil && path != "." && path != from {
+			return filepath.SkipDir // a nested module
 		}
 		if len(some) == maxNamed {
 			return filepath.SkipAll
@@ -253,6 +266,7 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	}
 	h := Header{Pkg: c.pkg, Suite: c.suite, Labels: c.labels, Base: c.base}
 	ms, h.Generated = dropGenerated(ms)
+	ms, h.OtherModules = dropOtherModules(ms)
 	if c.base != "" {
 		before := len(ms)
 		if ms, err = keepChanged(c, ms); err != nil {
@@ -260,7 +274,10 @@ func run(ctx context.Context, c config, out io.Writer) error {
 		}
 		h.OutsideBase = before - len(ms)
 	}
-	fmt.Fprintf(out, "gremlins found %d mutants in %s (%d in generated files left out", len(ms)+h.Generated+h.OutsideBase, c.pkg, h.Generated)
+	fmt.Fprintf(out, "gremlins found %d mutants in %s (%d in generated files left out", len(ms)+h.Generated+h.OtherModules+h.OutsideBase, c.pkg, h.Generated)
+	if h.OtherModules > 0 {
+		fmt.Fprintf(out, ", %d in nested modules, whose code the suite does not build", h.OtherModules)
+	}
 	if c.base != "" {
 		fmt.Fprintf(out, ", %d on lines unchanged since %s", h.OutsideBase, c.base)
 	}
@@ -372,6 +389,33 @@ func discover(ctx context.Context, c config, work string) ([]Mutant, error) {
 	}
 	defer f.Close()
 	return parseGremlins(f, c.pkg)
+}
+
+// dropOtherModules leaves out the mutants of files in a nested module (a directory under the module root
+// with a go.mod of its own, such as an example at another version): gremlins walks into it, but the suite
+// builds that module's code from elsewhere, if at all.
+func dropOtherModules(ms []Mutant) ([]Mutant, int) {
+	nested := map[string]bool{}
+	var inNested func(dir string) bool
+	inNested = func(dir string) bool {
+		if dir == "." || dir == "/" || dir == "" {
+			return false
+		}
+		if n, ok := nested[dir]; ok {
+			return n
+		}
+		_, err := os.Stat(filepath.Join(dir, "go.mod"))
+		n := err == nil || inNested(filepath.Dir(dir))
+		nested[dir] = n
+		return n
+	}
+	var out []Mutant
+	for _, m := range ms {
+		if !inNested(filepath.Dir(filepath.FromSlash(m.File))) {
+			out = append(out, m)
+		}
+	}
+	return out, len(ms) - len(out)
 }
 
 // dropGenerated leaves out the mutants of generated files (deepcopy and the like): a question about
