@@ -26,8 +26,9 @@ const explorePackage = "github.com/ensembletest/ensemble/internal/cmd/explore"
 const exploreAbout = "perturb the focused specs one point at a time and compare with their unperturbed runs (-suite . for this module's suite)"
 
 // exploreMain builds internal/cmd/explore into a temporary directory and runs it with args, in its own
-// process group (ended on an interrupt, as proc.Run ends it), and returns its exit code; 2 with one line
-// when it cannot be built.
+// process group (ended on an interrupt, as proc.Run ends it), with KUBEBUILDER_ASSETS set to the envtest
+// binaries the harness would find when it is unset, and returns its exit code; 2 with one line when it
+// cannot be built.
 func exploreMain(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	dir, err := os.MkdirTemp("", "ensemble-explore-bin-")
 	if err != nil {
@@ -45,6 +46,10 @@ func exploreMain(ctx context.Context, args []string, stdout, stderr io.Writer) i
 	}
 	cmd := exec.Command(bin, args...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	// internal/cmd/explore wants KUBEBUILDER_ASSETS set; the harness's own default layout does too here.
+	if dir, err := suitebin.Assets(); err == nil && os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		cmd.Env = append(os.Environ(), "KUBEBUILDER_ASSETS="+dir)
+	}
 	err = proc.Run(ctx, cmd)
 	if code, ok := proc.ExitCode(err); ok {
 		return code

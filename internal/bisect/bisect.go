@@ -37,6 +37,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -44,6 +45,7 @@ import (
 	"github.com/ensembletest/ensemble/internal/ginkgoreport"
 	"github.com/ensembletest/ensemble/internal/proc"
 	"github.com/ensembletest/ensemble/internal/suitebin"
+	"github.com/ensembletest/ensemble/internal/textout"
 )
 
 // Synopsis is the command's usage line.
@@ -151,7 +153,9 @@ func run(ctx context.Context, c config, out, errOut io.Writer) (int, error) {
 	if _, err := git(b.repo, "merge-base", "--is-ancestor", good, bad); err != nil {
 		return 2, fmt.Errorf("-good %s (%s) is not an ancestor of -bad %s (%s): -good must be an older commit of -bad's history", c.good, good[:12], c.bad, bad[:12])
 	}
-	commits, _ := git(b.repo, "rev-list", "--count", good+".."+bad)
+	count, _ := git(b.repo, "rev-list", "--count", good+".."+bad)
+	n, _ := strconv.Atoi(count)
+	commits := textout.Count(n, "commit", "commits")
 	each := c.testCmd
 	if c.testCmd == "" {
 		dir, err := suitebin.Dir(c.suite)
@@ -200,7 +204,7 @@ func run(ctx context.Context, c config, out, errOut io.Writer) (int, error) {
 		return 2, fmt.Errorf("git worktree add: %v", err)
 	}
 
-	fmt.Fprintf(out, "bisecting %s (-good %s) .. %s (-bad %s): %s commits, in a worktree at %s\n", good[:12], c.good, bad[:12], c.bad, commits, b.wt)
+	fmt.Fprintf(out, "bisecting %s (-good %s) .. %s (-bad %s): %s, in a worktree at %s\n", good[:12], c.good, bad[:12], c.bad, commits, b.wt)
 	fmt.Fprintf(out, "each step: %s\n", each)
 	dirty := 0
 	if st, err := git(b.repo, "--no-optional-locks", "status", "--porcelain", "--untracked-files=no"); err == nil && st != "" {
