@@ -42,6 +42,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -471,8 +472,9 @@ func (r *runner) coverage(module string) (Coverage, error) {
 		return nil, err
 	}
 	bin := filepath.Join(dir, "suite.test")
-	fmt.Fprintf(r.out, "per-spec coverage: compiling %s with -coverpkg=./%s/...\n", r.suite, r.pkg)
-	res := command(r.ctx, buildLimit, "", nil, "go", "test", "-c", "-o", bin, "-coverpkg=./"+r.pkg+"/...", r.dir)
+	coverpkg := "./" + path.Join(r.pkg, "...") // ./operators/multigres/..., or ./... for -pkg .
+	fmt.Fprintf(r.out, "per-spec coverage: compiling %s with -coverpkg=%s\n", r.suite, coverpkg)
+	res := command(r.ctx, buildLimit, "", nil, "go", "test", "-c", "-o", bin, "-coverpkg="+coverpkg, r.dir)
 	if res.err != nil {
 		return nil, res.err
 	}
