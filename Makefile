@@ -94,15 +94,21 @@ test-race: envtest-assets browser $(GINKGO) ## Unit tests, the scenario suite an
 	$(RUN_SUITE) --race $(GINKGO_ARGS) ./scenarios
 	cd examples/kuberay && KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(GO) test -race -count=1 -timeout $(SUITE_TIMEOUT) ./...
 
-# defect-matrix: internal/cmd/defectmatrix flips each catalog entry (pins/catalog.go) in turn and runs its
-# operator's specs; it fails when an entry flips none of its own specs. IDS=ID,ID flips only those entries.
+# defect-matrix: ensemble defect-matrix learns the scenario suite's catalog (pins/catalog.go, its
+# Options.Pins) from the suite, flips each entry in turn and runs its operator's specs (the multigres or
+# matrixone label); it fails when an entry flips none of its own specs. IDS=ID,ID flips only those entries.
 IDS ?=
 
 # The commands are built into bin/ and run directly, not with go run: GNU make forwards SIGTERM to its
 # child (not SIGINT: a Ctrl-C reaches the whole terminal group anyway), and go run dies of SIGTERM
 # without passing it on, which left the command and its envtest running. Phony: go build decides what
-# is stale.
-COMMANDS := $(addprefix $(BIN)/,explore mutate defectmatrix bugs)
+# is stale. bin/ensemble is cmd/ensemble, the commands any module runs (mutate, flake, bisect,
+# defect-matrix; explore for now builds internal/cmd/explore); explore and bugs are this repository's.
+ENSEMBLE := $(BIN)/ensemble
+.PHONY: $(ENSEMBLE)
+$(ENSEMBLE):
+	@$(GO) build -o $@ ./cmd/ensemble
+COMMANDS := $(addprefix $(BIN)/,explore bugs)
 .PHONY: $(COMMANDS)
 $(COMMANDS): $(BIN)/%:
 	@$(GO) build -o $@ ./internal/cmd/$*
@@ -117,26 +123,30 @@ bugs: envtest-assets $(BIN)/bugs $(BIN)/explore ## Known bugs of the examples' o
 	@$(if $(REPORT_DIR),mkdir -p $(REPORT_DIR))
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(BIN)/bugs -explore $(BIN)/explore -timeout $(SUITE_TIMEOUT) -j $(EXPLORE_JOBS) \
 	  $(if $(BUGS),-bugs "$$BUGS") $(if $(REPORT_DIR),-report-dir $(abspath $(REPORT_DIR)))
-defect-matrix: envtest-assets $(BIN)/defectmatrix ## Flip each catalog entry in turn and check that its own specs change verdict: the matrix, non-zero when one flips none (IDS=ID,ID; REPORT_DIR=dir writes defect-matrix.json and each run's report).
+defect-matrix: envtest-assets $(ENSEMBLE) ## Flip each catalog entry in turn and check that its own specs change verdict: the matrix, non-zero when one flips none (IDS=ID,ID; REPORT_DIR=dir writes defect-matrix.json and each run's report).
 	@$(if $(REPORT_DIR),mkdir -p $(REPORT_DIR))
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(BIN)/defectmatrix -timeout $(SUITE_TIMEOUT) \
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(ENSEMBLE) defect-matrix -suite ./scenarios -operators multigres,matrixone -timeout $(SUITE_TIMEOUT) \
 	  $(if $(IDS),-ids "$(IDS)") $(if $(REPORT_DIR),-report-dir $(abspath $(REPORT_DIR)))
 
-# make bisect and make flake read GOOD, BAD, FOCUS, N and LABELS from make's command line (or the environment),
-# which make passes to the scripts as they are, quotes and spaces included. A missing one ends in one line.
+# make bisect and make flake run ensemble bisect and ensemble flake on ./scenarios. GOOD, BAD, FOCUS, LABELS
+# and GINKGO_FLAGS reach them through the environment as make got them, quotes and spaces included. A
+# missing one ends in one line, checked before the prerequisites (no envtest build first).
 BISECT_NEEDS_GOOD = make bisect: pass GOOD=<rev>, a commit at which the FOCUS specs pass, and FOCUS=<spec regexp>, e.g. make bisect GOOD=HEAD~20 FOCUS='becomes Healthy'
 BISECT_NEEDS_FOCUS = make bisect: pass FOCUS=<spec regexp>, the spec(s) that fail at BAD ($(or $(BAD),HEAD)) and pass at GOOD=$(GOOD), e.g. FOCUS='becomes Healthy'
 FLAKE_NEEDS_N = make flake: pass N=<runs>, how many times to run the suite, e.g. make flake N=10 FOCUS=harness
+$(if $(filter bisect,$(MAKECMDGOALS)),$(if $(GOOD),,$(error $(BISECT_NEEDS_GOOD)))$(if $(FOCUS),,$(error $(BISECT_NEEDS_FOCUS))))
+$(if $(filter flake,$(MAKECMDGOALS)),$(if $(N),,$(error $(FLAKE_NEEDS_N))))
+# The suite flags both pass on: GINKGO_FLAGS, in the test binary's form.
+SUITE_RUN_FLAGS = -suite ./scenarios -timeout $(SUITE_TIMEOUT) $(if $(GINKGO_FLAGS),-ginkgo-flags "$$GINKGO_FLAGS") \
+	$(if $(REPORT_DIR),-report-dir $(abspath $(REPORT_DIR)))
 
 .PHONY: bisect
-bisect: ## First commit at which FOCUS=<spec regexp> fails: GOOD=<rev> [BAD=HEAD]; git bisect run in a throw-away worktree, your checkout untouched.
-	$(if $(GOOD),,$(error $(BISECT_NEEDS_GOOD)))$(if $(FOCUS),,$(error $(BISECT_NEEDS_FOCUS)))
-	@SUITE_TIMEOUT="$(SUITE_TIMEOUT)" REPORT_DIR="$(REPORT_DIR)" GINKGO_FLAGS="$(GINKGO_FLAGS)" tools/bisect/bisect.sh
+bisect: envtest-assets $(ENSEMBLE) ## First commit at which FOCUS=<spec regexp> fails: GOOD=<rev> [BAD=HEAD]; git bisect in a throw-away worktree, your checkout untouched.
+	@KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(ENSEMBLE) bisect -good "$$GOOD" $(if $(BAD),-bad "$$BAD") -focus "$$FOCUS" $(SUITE_RUN_FLAGS)
 
 .PHONY: flake
-flake: ## Run the scenario suite (or FOCUS=regexp, LABELS=filter) N=<runs> times: the first failing run's failure, else N/N passed and per-spec min/median/max times.
-	$(if $(N),,$(error $(FLAKE_NEEDS_N)))
-	@SUITE_TIMEOUT="$(SUITE_TIMEOUT)" REPORT_DIR="$(REPORT_DIR)" GINKGO_FLAGS="$(GINKGO_FLAGS)" tools/flake/flake.sh
+flake: envtest-assets $(ENSEMBLE) ## Run the scenario suite (or FOCUS=regexp, LABELS=filter) N=<runs> times: the first failing run's failure, else N/N passed and per-spec min/median/max times.
+	@KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(ENSEMBLE) flake -n "$(N)" $(if $(FOCUS),-focus "$$FOCUS") $(if $(LABELS),-labels "$$LABELS") $(SUITE_RUN_FLAGS)
 
 # explore: internal/cmd/explore runs the FOCUS specs unperturbed twice, then each on its own once per perturbation
 # point (each write of each controller and fake, and each change a manager's watch delivered, each of MODES) within
@@ -173,7 +183,7 @@ explore-merge: $(BIN)/explore ## Join the explore.json of every shard of one mak
 	$(BIN)/explore -merge "$$MERGE" -report-dir $(abspath $(REPORT_DIR))
 
 # mutate: the scenario suite's mutation score over one reference operator package. gremlins finds the mutants
-# (a dry run); internal/cmd/mutate runs them, since gremlins itself only runs the mutated package's own tests
+# (a dry run); ensemble mutate runs them, since gremlins itself only runs the mutated package's own tests
 # (or the whole module's). Per-spec coverage first: each spec the label filter selects runs alone with
 # -coverpkg (every one must pass: the baseline). Then each covered mutant is compiled with go test -c -overlay
 # and runs only the specs whose coverage holds its position, fail-fast. MUTATE_JOBS=n runs n specs or mutants
@@ -189,6 +199,6 @@ $(GREMLINS):
 	GOBIN=$(BIN) $(GO) install github.com/go-gremlins/gremlins/cmd/gremlins@$(GREMLINS_VERSION)
 
 .PHONY: mutate
-mutate: envtest-assets $(GREMLINS) $(BIN)/mutate ## The scenario suite's mutation score over PKG (default operators/multigres), each mutant judged by the specs that cover it: killed, survived, not covered per file, the survivors, times (BASE=rev, MAX=n, LABELS=filter, MUTATE_JOBS=1).
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(BIN)/mutate -gremlins $(GREMLINS) -pkg $(PKG) -j $(MUTATE_JOBS) \
+mutate: envtest-assets $(GREMLINS) $(ENSEMBLE) ## The scenario suite's mutation score over PKG (default operators/multigres), each mutant judged by the specs that cover it: killed, survived, not covered per file, the survivors, times (BASE=rev, MAX=n, LABELS=filter, MUTATE_JOBS=1).
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(ENSEMBLE) mutate -gremlins $(GREMLINS) -suite ./scenarios -pkg $(PKG) -j $(MUTATE_JOBS) \
 	  $(if $(BASE),-base $(BASE)) $(if $(MAX),-max $(MAX)) $(if $(LABELS),-labels "$(LABELS)")

@@ -1,6 +1,7 @@
 package pins
 
 import (
+	"os"
 	"strings"
 	"testing"
 )
@@ -78,5 +79,30 @@ func TestCatalogIsComplete(t *testing.T) {
 	}
 	if len(Default) != 14 {
 		t.Errorf("catalog has %d entries, the catalog lists 14", len(Default))
+	}
+}
+
+func TestListingRoundTrips(t *testing.T) {
+	dir := t.TempDir()
+	p := dir + "/pins.json"
+	if err := WriteListing(p, Default); err != nil {
+		t.Fatal(err)
+	}
+	l, err := ReadListing(p)
+	if err != nil || l.Type != "pins.Catalog" || len(l.Entries) != len(Default) || l.Entries[6].OwnInstanceLive != Default[6].OwnInstanceLive {
+		t.Fatalf("ReadListing = %+v, %v", l, err)
+	}
+	// A catalog of another type lists its type and no entries.
+	if err := WriteListing(p, map[string]string{"X": "y"}); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := ReadListing(p); err != nil || l.Type != "map[string]string" || len(l.Entries) != 0 {
+		t.Errorf("ReadListing of a map = %+v, %v", l, err)
+	}
+	if err := os.WriteFile(p, []byte("{}"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ReadListing(p); err == nil || !strings.Contains(err.Error(), "holds no pin catalog listing") {
+		t.Errorf("ReadListing of {} = %v", err)
 	}
 }

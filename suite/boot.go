@@ -85,6 +85,7 @@ type Options struct {
 	// defaultRequeueCompressAbove); negative compresses every delay above RequeueClamp.
 	RequeueCompressAbove time.Duration
 	// Pins is the defect catalog Case.KnownDefect checks references against; without it every pin fails.
+	// A pins.Catalog also lists its entries, so `ensemble defect-matrix` can flip each in turn.
 	Pins PinCatalog
 	// Dumpers add sections to every failure dump (a fake's log for the namespace, for instance).
 	Dumpers []Dumper
@@ -427,9 +428,14 @@ func (s *Suite) Interrupted() bool { return s.interrupted.Load() }
 // empty, duplicate or unwritable name or without Down or Slow, an ENSEMBLE_TIMELINE that is neither 1 nor a
 // regexp, a webhook path that does not exist or holds no configuration, a configured webhook or conversion no
 // manager registers a handler for, webhooks the API server does not call within Options.StartTimeout, an
-// interrupt. Whatever Boot started is stopped before it returns an error.
+// interrupt. With pins.ListEnvVar set Boot writes a listing of Options.Pins to the file it names, boots
+// nothing and returns an error that says so (`ensemble defect-matrix` learns the suite's catalog that way).
+// Whatever Boot started is stopped before it returns an error.
 func Boot(ctx context.Context, opts Options) (*Suite, error) {
 	start := time.Now()
+	if listing, err := listPins(opts.Pins); listing {
+		return nil, err
+	}
 	// A pin's evidence written to an artifacts directory nobody asked for is removed at Stop.
 	evidenceAsked := opts.ArtifactsDir != "" || os.Getenv("ENSEMBLE_ARTIFACTS") != ""
 	if err := opts.defaults(); err != nil {

@@ -6,6 +6,7 @@ package proc
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -87,4 +88,17 @@ func exited(pid int) bool {
 	}
 	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
 	return len(f) == 0 || f[0] == "Z" || f[0] == "X"
+}
+
+// ExitCode is the exit code of a command whose Run returned err: 0 for nil, an *exec.ExitError's code (-1
+// for one a signal ended), and false for another error (the command could not be started or waited for).
+func ExitCode(err error) (int, bool) {
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, true
+	case errors.As(err, &exit):
+		return exit.ExitCode(), true
+	}
+	return 0, false
 }

@@ -110,3 +110,15 @@ func TestRunChildDiesWithItsParent(t *testing.T) {
 	// The stand-in's own child is not in Run's reach once Run's process is dead.
 	_ = syscall.Kill(child, syscall.SIGKILL)
 }
+
+func TestExitCode(t *testing.T) {
+	if code, ok := ExitCode(nil); code != 0 || !ok {
+		t.Errorf("ExitCode(nil) = %d, %v", code, ok)
+	}
+	if code, ok := ExitCode(exec.Command("sh", "-c", "exit 3").Run()); code != 3 || !ok {
+		t.Errorf("ExitCode(exit 3) = %d, %v", code, ok)
+	}
+	if _, ok := ExitCode(exec.Command("/nonexistent/binary").Run()); ok {
+		t.Error("ExitCode of a command that never started says it exited")
+	}
+}

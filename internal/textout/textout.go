@@ -1,6 +1,6 @@
 // Package textout holds the text helpers of the commands that print the results of suite runs
-// (internal/cmd/defectmatrix, internal/cmd/explore): a count with its noun, a table cell cut to a width, a
-// result as indented JSON.
+// (internal/defectmatrix, internal/cmd/explore, internal/flake, internal/bisect): a count with its noun, a
+// table cell cut to a width, a result as indented JSON.
 package textout
 
 import (

@@ -1,4 +1,4 @@
-package main
+package ginkgoreport
 
 import (
 	"encoding/json"
@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/onsi/ginkgo/v2/types"
-
-	"github.com/ensembletest/ensemble/internal/ginkgoreport"
 )
 
 // spec fabricates an It's report.
@@ -54,7 +52,7 @@ func TestSummaryTable(t *testing.T) {
 			spec("multigres", "becomes Healthy", types.SpecStatePassed, ms[1]),
 			spec("harness", "quiet", types.SpecStatePassed, ms[2]),
 			spec("matrixone", "not focused", types.SpecStateSkipped, 0))
-		r, err := ginkgoreport.Read(p)
+		r, err := Read(p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,7 +80,7 @@ func TestSummaryTable(t *testing.T) {
 	}
 
 	var out strings.Builder
-	summary(&out, runs)
+	Summary(&out, runs)
 	table := out.String()
 	t.Logf("\n%s", table)
 	for _, line := range []string{
@@ -114,15 +112,15 @@ func TestFailuresNameSpecMessageLocationAndDump(t *testing.T) {
 		FailureNodeType: types.NodeTypeIt, FailureNodeLocation: bad.LeafNodeLocation}
 	bad.CapturedGinkgoWriterOutput = "suite: failure dump of case-1 written to /tmp/a/multigres-case-1\nobjects: 3\n"
 	p := writeRun(t, dir, 1, spec("harness", "quiet", types.SpecStatePassed, 5), bad)
-	reports, err := ginkgoreport.Read(p)
+	reports, err := Read(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := len(ginkgoreport.Ran(reports)); n != 2 {
+	if n := len(Ran(reports)); n != 2 {
 		t.Errorf("ran = %d, want 2", n)
 	}
 	var out strings.Builder
-	if n := failures(&out, reports, "/repo", 60); n != 1 {
+	if n := Failures(&out, reports, "/repo", 60); n != 1 {
 		t.Fatalf("failures printed %d, want 1:\n%s", n, out.String())
 	}
 	for _, s := range []string{"FAILED multigres becomes Healthy", "failed at scenarios/multigres_test.go:72",

@@ -1,4 +1,4 @@
-package main
+package defectmatrix
 
 import (
 	"fmt"
@@ -291,7 +291,7 @@ func unjudged(p Plan, why string) Row {
 
 // missing is why an entry none of whose specs is in the suite has no run.
 func missing(p Plan) string {
-	return fmt.Sprintf("no spec of the suite is named %q: add the scenario or correct the entry's Specs in pins/catalog.go",
+	return fmt.Sprintf("no spec of the suite is named %q: add the scenario or correct the entry's Specs in the suite's catalog (suite.Options.Pins)",
 		strings.Join(p.Missing, `", "`))
 }
 

@@ -1,7 +1,10 @@
-package main
+package mutate
 
 import (
 	"bytes"
+	"context"
+	"os"
+	"path/filepath"
 	"reflect"
 	"regexp"
 	"strings"
@@ -184,8 +187,9 @@ func TestDefaultLabels(t *testing.T) {
 	for pkg, want := range map[string]string{
 		"operators/multigres":          "multigres",
 		"operators/matrixone/hakeeper": "matrixone",
-		"fakes/dataplane":              "dataplane",
-		"operators":                    "operators",
+		"fakes/dataplane":              "",
+		"operators":                    "",
+		"controllers":                  "",
 	} {
 		if got := defaultLabels(pkg); got != want {
 			t.Errorf("defaultLabels(%s) = %q, want %q", pkg, got, want)
@@ -376,7 +380,7 @@ per mutant, min/median/max: compile 5s/22s/25s (4 compiled); specs covering 1/2/
 
 func TestCheckRefusesBadInput(t *testing.T) {
 	// The tests run in the package's directory: the module root is two levels up.
-	t.Chdir("../../..")
+	t.Chdir("../..")
 	ok := config{pkg: "operators/multigres", jobs: 1}
 	for _, tc := range []struct {
 		name string
@@ -388,6 +392,7 @@ func TestCheckRefusesBadInput(t *testing.T) {
 		{"a negative timeout", func(c *config) { c.timeout = -time.Second }, "-timeout is -1s"},
 		{"a missing package", func(c *config) { c.pkg = "operators/nosuch" }, `-pkg (make's PKG) "operators/nosuch" is no package directory of the module (run from the module root): pass one of operators/matrixone`},
 		{"a package outside", func(c *config) { c.pkg = "../ensemble/operators/multigres" }, "is no package directory of the module"},
+		{"no package", func(c *config) { c.pkg = "" }, "pass -pkg (make's PKG) DIR, the package directory to mutate relative to the module root, such as "},
 	} {
 		c := ok
 		tc.edit(&c)
@@ -398,5 +403,51 @@ func TestCheckRefusesBadInput(t *testing.T) {
 	}
 	if err := check(ok); err != nil {
 		t.Errorf("check(%+v) = %v", ok, err)
+	}
+}
+
+// Main's bad input is one line and exit 1, before gremlins or the suite runs; -h is the usage and exit 0.
+func TestMainRefusesBadInputInOneLine(t *testing.T) {
+	t.Chdir("../..")
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{}, "mutate: pass -pkg (make's PKG) DIR, the package directory to mutate relative to the module root, such as "},
+		{[]string{"-pkg", "operators/multigres", "-max", "x"}, `mutate: -max (make's MAX): invalid value "x": pass a whole number`},
+		{[]string{"-pkg", "operators/multigres", "-list", "-suite", "docs"}, "mutate: -suite docs has no _test.go file"},
+		{[]string{"-pkg", "operators/multigres", "-list", "-suite", "scenarios", "-gremlins", "/nonexistent/gremlins"}, "mutate: -gremlins /nonexistent/gremlins is no file: pass the gremlins v0.6.0 binary"},
+	} {
+		var out, errb bytes.Buffer
+		code := Main(context.Background(), tc.args, &out, &errb)
+		lines := strings.Split(strings.TrimSpace(errb.String()), "\n")
+		if code != 1 || len(lines) != 1 || !strings.HasPrefix(lines[0], tc.want) {
+			t.Errorf("%q: exit %d, stderr %q; want exit 1 and one line starting %q", tc.args, code, errb.String(), tc.want)
+		}
+	}
+	t.Chdir(t.TempDir())
+	var out, errb bytes.Buffer
+	if code := Main(context.Background(), []string{"-pkg", "x"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), "run from the module root, where go.mod is") {
+		t.Errorf("outside a module: exit %d, stderr %q", code, errb.String())
+	}
+	errb.Reset()
+	if code := Main(context.Background(), []string{"-h"}, &out, &errb); code != 0 || !strings.HasPrefix(errb.String(), "usage: "+Synopsis) {
+		t.Errorf("-h: exit %d, stderr %q", code, errb.String())
+	}
+}
+
+func TestDropOtherModulesLeavesOutNestedModules(t *testing.T) {
+	t.Chdir(t.TempDir())
+	for _, f := range []string{"go.mod", "a/a.go", "v2/go.mod", "v2/b/b.go", "v2/c.go"} {
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(f, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ms, dropped := dropOtherModules([]Mutant{{File: "a/a.go"}, {File: "v2/b/b.go"}, {File: "v2/c.go"}, {File: "top.go"}})
+	if dropped != 2 || len(ms) != 2 || ms[0].File != "a/a.go" || ms[1].File != "top.go" {
+		t.Errorf("dropOtherModules kept %+v, dropped %d", ms, dropped)
 	}
 }

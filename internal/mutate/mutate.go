@@ -1,13 +1,14 @@
-// Command mutate measures the scenario suite's mutation score over a reference operator package: how many
-// of gremlins' standard mutants of the package's code (conditionals boundary and negation, arithmetic,
+// Package mutate is `ensemble mutate`: a scenario suite's mutation score over a package of its module: how
+// many of gremlins' standard mutants of the package's code (conditionals boundary and negation, arithmetic,
 // increment/decrement, inverted negatives) make the suite fail.
 //
-// Usage (from the module root, with KUBEBUILDER_ASSETS set; `make mutate` does both):
+// Usage (from the root of any Go module whose suite boots ensemble; `make mutate` runs this repository's):
 //
-//	go run ./internal/cmd/mutate [-pkg operators/multigres] [-base REV] [-max N] [-j 1] [-labels multigres] [-list]
+//	ensemble mutate -pkg DIR [-suite DIR] [-base REV] [-max N] [-j 1] [-labels FILTER] [-gremlins PATH] [-list]
 //
-// gremlins (github.com/go-gremlins/gremlins) finds the mutants, in a dry run over -pkg; it cannot run
-// them against the scenario suite itself: it runs the mutated package's own tests, or with --integration
+// gremlins (github.com/go-gremlins/gremlins, GremlinsVersion: -gremlins names a binary, else it is installed
+// once with go install into the user's cache directory) finds the mutants, in a dry run over -pkg; it cannot
+// run them against the scenario suite itself: it runs the mutated package's own tests, or with --integration
 // every test of the module, and has no way to pass Ginkgo a label filter. So this command runs them, and
 // like PIT and Stryker it runs for each mutant only the specs that execute its position:
 //
@@ -24,7 +25,7 @@
 //
 // Mutants in generated files (a "Code generated ... DO NOT EDIT." header) are left out. A survivor is a
 // question about the suite: what behaviour of the operator changed without any spec noticing.
-package main
+package mutate
 
 import (
 	"bytes"
@@ -36,9 +37,12 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -51,7 +55,30 @@ import (
 	"github.com/ensembletest/ensemble/internal/cmdline"
 	"github.com/ensembletest/ensemble/internal/ginkgoreport"
 	"github.com/ensembletest/ensemble/internal/proc"
+	"github.com/ensembletest/ensemble/internal/suitebin"
 )
+
+// Synopsis is the command's usage line.
+const Synopsis = "ensemble mutate -pkg DIR [-suite DIR] [-base REV] [-max N] [-j 1] [-labels FILTER] [-gremlins PATH] [-list]"
+
+// About is what the command does, in one line (ensemble -h lists it).
+const About = "the suite's mutation score over a package of the module, each mutant judged by the specs that cover it"
+
+// about is -h's description, after the usage line.
+const about = About + `.
+
+Run it from the module's root: -pkg and -suite are relative to it. gremlins ` + GremlinsVersion + ` lists the
+mutants; without -gremlins it is installed once (go install) under the user's cache directory. Each spec the
+label filter selects first runs alone with -coverpkg (all must pass), then each covered mutant is compiled
+with go test -c -overlay (no file of the checkout is written) and runs only the specs that cover its
+position. It prints killed, survived, not covered per file, the score and the survivors.`
+
+// GremlinsVersion is the gremlins release whose dry run lists the mutants (mutations copies its token
+// replacements); the one installed when -gremlins is not given.
+const GremlinsVersion = "v0.6.0"
+
+// gremlinsModule is the package go install builds gremlins from.
+const gremlinsModule = "github.com/go-gremlins/gremlins/cmd/gremlins"
 
 type config struct {
 	pkg, base, labels, suite, gremlins string
@@ -60,50 +87,52 @@ type config struct {
 	timeout                            time.Duration
 }
 
-func main() {
-	var c config
-	flag.StringVar(&c.pkg, "pkg", "operators/multigres", "package directory to mutate, relative to the module root (its subpackages too)")
-	flag.StringVar(&c.base, "base", "", "only mutants on lines changed since this git revision")
-	flag.IntVar(&c.max, "max", 0, "run at most this many covered mutants, evenly spaced (0: all)")
-	flag.IntVar(&c.jobs, "j", 1, "specs (per-spec coverage) or mutants run at once")
-	flag.StringVar(&c.labels, "labels", "", "Ginkgo label filter of the specs that judge the mutants (default: the operator's name, the directory under operators/ of -pkg, else its base name)")
-	flag.StringVar(&c.suite, "suite", "./scenarios/", "the test package that judges the mutants")
-	flag.StringVar(&c.gremlins, "gremlins", "bin/gremlins", "the gremlins v0.6.0 binary")
-	flag.BoolVar(&c.list, "list", false, "print the mutants -pkg and -base select, and stop before any suite run")
-	flag.DurationVar(&c.timeout, "timeout", 0, "per-mutant limit on the suite's run (0: 3 times the sum of its specs' runs alone, at least 2m)")
-	if err := cmdline.Parse(flag.CommandLine, os.Args[1:], makeVars); err != nil {
-		fail(err)
-	}
-	c.pkg = strings.TrimSuffix(filepath.ToSlash(filepath.Clean(c.pkg)), "/")
-	if c.labels == "" {
-		c.labels = defaultLabels(c.pkg)
-	}
-	if err := check(c); err != nil {
-		fail(err)
-	}
-	// An interrupt stops the runs (each in its own process group: proc.Run ends them) and removes the work
-	// directory.
-	ctx, stop := proc.SignalContext()
-	defer stop()
-	if err := run(ctx, c); err != nil {
-		if ctx.Err() != nil {
-			err = errors.New("interrupted: the runs are stopped and the work directory is removed")
-		}
-		stop()
-		fail(err)
-	}
-}
-
 // makeVars are the make variables that set the flags.
 var makeVars = map[string]string{"pkg": "PKG", "base": "BASE", "max": "MAX", "j": "MUTATE_JOBS", "labels": "LABELS"}
 
-func fail(err error) {
-	fmt.Fprintf(os.Stderr, "mutate: %v\n", err)
-	os.Exit(1)
+// Main runs the command with args (the words after "mutate"), its output to stdout and its one-line errors
+// to stderr, and returns the exit code: 0 when the score was made, 1 when it could not be (bad input, a
+// suite that fails without any mutant, an interrupt: ctx done stops the runs and removes the work directory).
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "mutate: %v\n", err)
+		return 1
+	}
+	var c config
+	fs := flag.NewFlagSet("mutate", flag.ContinueOnError)
+	fs.StringVar(&c.pkg, "pkg", "", "package directory to mutate, relative to the module root (its subpackages too); required")
+	fs.StringVar(&c.base, "base", "", "only mutants on lines changed since this git revision")
+	fs.IntVar(&c.max, "max", 0, "run at most this many covered mutants, evenly spaced (0: all)")
+	fs.IntVar(&c.jobs, "j", 1, "specs (per-spec coverage) or mutants run at once")
+	fs.StringVar(&c.labels, "labels", "", "Ginkgo label filter of the specs that judge the mutants (default: the operator's name for a package under operators/, else every spec)")
+	fs.StringVar(&c.suite, "suite", ".", "the test package that judges the mutants, relative to the module root")
+	fs.StringVar(&c.gremlins, "gremlins", "", "the gremlins "+GremlinsVersion+" binary (default: installed once under the user's cache directory)")
+	fs.BoolVar(&c.list, "list", false, "print the mutants -pkg and -base select, and stop before any suite run")
+	fs.DurationVar(&c.timeout, "timeout", 0, "per-mutant limit on the suite's run (0: 3 times the sum of its specs' runs alone, at least 2m)")
+	cmdline.Usage(fs, Synopsis, about)
+	if code, ok := cmdline.Parsed(fs, args, makeVars, stderr, 1, func() error {
+		if c.pkg != "" {
+			c.pkg = strings.TrimSuffix(filepath.ToSlash(filepath.Clean(c.pkg)), "/")
+		}
+		if c.labels == "" {
+			c.labels = defaultLabels(c.pkg)
+		}
+		return check(c)
+	}); !ok {
+		return code
+	}
+	if err := run(ctx, c, stdout); err != nil {
+		if ctx.Err() != nil {
+			err = errors.New("interrupted: the runs are stopped and the work directory is removed")
+		}
+		return fail(err)
+	}
+	return 0
 }
 
 // check reads the numbers of the command line and -pkg. Errors: a negative -max or -timeout, a -j below
-// 1, a -pkg that is no package directory of the module (naming those there are).
+// 1, a working directory that is no module root, a -pkg missing or no package directory of the module
+// (naming some there are).
 func check(c config) error {
 	if c.max < 0 {
 		return fmt.Errorf("%s is %d: pass how many covered mutants to run, 1 or more, or 0 for all", cmdline.Name("max", makeVars), c.max)
@@ -114,44 +143,115 @@ func check(c config) error {
 	if c.timeout < 0 {
 		return fmt.Errorf("-timeout is %s: pass a per-mutant limit such as 10m, or 0 for 3 times its specs' runs alone", c.timeout)
 	}
+	if _, err := modulePath(); err != nil {
+		return err
+	}
 	return checkPkg(c.pkg)
 }
 
 // checkPkg says -pkg names no directory of Go files under the module root, and which it could name: the
-// reference operators' packages.
+// first package directories under -pkg's nearest existing ancestor (else the module root), in walk order,
+// nested modules left out.
 func checkPkg(pkg string) error {
-	if m, _ := filepath.Glob(filepath.Join(pkg, "*.go")); len(m) > 0 && !strings.HasPrefix(pkg, "../") && !filepath.IsAbs(pkg) {
+	if m, _ := filepath.Glob(filepath.Join(pkg, "*.go")); pkg != "" && len(m) > 0 && !strings.HasPrefix(pkg, "../") && !filepath.IsAbs(pkg) {
 		return nil
 	}
+	// The packages under -pkg's nearest existing ancestor come first: a typo in its last element names its
+	// siblings.
+	from := "."
+	for dir := filepath.Dir(filepath.Clean(pkg)); pkg != "" && dir != "." && dir != "/" && !strings.HasPrefix(dir, ".."); dir = filepath.Dir(dir) {
+		if fi, err := os.Stat(dir); err == nil && fi.IsDir() {
+			from = dir
+			break
+		}
+	}
 	var some []string
-	_ = filepath.WalkDir("operators", func(path string, d os.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			if m, _ := filepath.Glob(filepath.Join(path, "*.go")); len(m) > 0 {
-				some = append(some, filepath.ToSlash(path))
-			}
+	_ = filepath.WalkDir(from, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || !d.IsDir() {
+			return nil
+		}
+		if n := d.Name(); path != from && (strings.HasPrefix(n, ".") || strings.HasPrefix(n, "_") || n == "testdata" || n == "vendor" || n == "bin") {
+			return filepath.SkipDir
+		}
+		if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil && path != "." && path != from {
+			return filepath.SkipDir // a nested module
+		}
+		if len(some) == maxNamed {
+			return filepath.SkipAll
+		}
+		if m, _ := filepath.Glob(filepath.Join(path, "*.go")); len(m) > 0 {
+			some = append(some, filepath.ToSlash(path))
 		}
 		return nil
 	})
+	if pkg == "" {
+		return fmt.Errorf("pass %s DIR, the package directory to mutate relative to the module root, such as %s", cmdline.Name("pkg", makeVars), strings.Join(some, ", "))
+	}
 	return fmt.Errorf("%s %q is no package directory of the module (run from the module root): pass one of %s", cmdline.Name("pkg", makeVars), pkg, strings.Join(some, ", "))
+}
+
+// maxNamed is how many package directories checkPkg names.
+const maxNamed = 12
+
+// gremlins is the gremlins binary to run: c.gremlins when set, else GremlinsVersion under the user's cache
+// directory, installed there with go install the first time (saying so on out). Errors: a -gremlins that is
+// no file, no cache directory, or go install's, with its output.
+func gremlins(ctx context.Context, c config, out io.Writer) (string, error) {
+	if c.gremlins != "" {
+		if fi, err := os.Stat(c.gremlins); err != nil || fi.IsDir() {
+			return "", fmt.Errorf("-gremlins %s is no file: pass the gremlins %s binary, or leave -gremlins out to have it installed", c.gremlins, GremlinsVersion)
+		}
+		return filepath.Abs(c.gremlins)
+	}
+	cache, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("no cache directory to install gremlins into (%v): pass -gremlins", err)
+	}
+	dir := filepath.Join(cache, "ensemble", "gremlins@"+GremlinsVersion)
+	bin := filepath.Join(dir, "gremlins")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	fmt.Fprintf(out, "installing gremlins %s into %s (once)\n", GremlinsVersion, dir)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	// Outside any module and workspace, with the module's own go flags left out: go install pkg@version.
+	res := command(ctx, buildLimit, dir, []string{"GOBIN=" + dir, "GOFLAGS=", "GOWORK=off"}, "go", "install", gremlinsModule+"@"+GremlinsVersion)
+	if res.err == nil && res.code != 0 {
+		res.err = fmt.Errorf("go install %s@%s failed (pass -gremlins to use a binary of your own):\n%s", gremlinsModule, GremlinsVersion, suitebin.Tail(res.out, 20))
+	}
+	return bin, res.err
 }
 
 // runner holds what the mutants' runs share: the suite's package directory (absolute, where go test runs
 // its binary), the suite's description and each spec's time alone (the timeout's basis).
 type runner struct {
 	config
-	// ctx ends every run when the command is interrupted.
+	// ctx ends every run when the command is interrupted; out is the command's output.
 	ctx                    context.Context
+	out                    io.Writer
 	work, dir, description string
 	alone                  map[string]time.Duration
 }
 
-func run(ctx context.Context, c config) error {
+// run makes the score (or, with -list, lists the mutants), printing to out.
+func run(ctx context.Context, c config, out io.Writer) error {
 	start := time.Now()
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		return errors.New("KUBEBUILDER_ASSETS is not set: run `make mutate`, or set it to $(tools/envtest/build.sh --dir)")
-	}
 	module, err := modulePath()
 	if err != nil {
+		return err
+	}
+	dir, err := suitebin.Dir(c.suite)
+	if err != nil {
+		return err
+	}
+	if !c.list {
+		if _, err := suitebin.Assets(); err != nil {
+			return err
+		}
+	}
+	if c.gremlins, err = gremlins(ctx, c, out); err != nil {
 		return err
 	}
 	work, err := os.MkdirTemp("", "ensemble-mutate-")
@@ -159,11 +259,7 @@ func run(ctx context.Context, c config) error {
 		return err
 	}
 	defer os.RemoveAll(work)
-	dir, err := filepath.Abs(c.suite)
-	if err != nil {
-		return err
-	}
-	r := &runner{config: c, ctx: ctx, work: work, dir: dir}
+	r := &runner{config: c, ctx: ctx, out: out, work: work, dir: dir}
 
 	ms, err := discover(ctx, c, work)
 	if err != nil {
@@ -171,6 +267,7 @@ func run(ctx context.Context, c config) error {
 	}
 	h := Header{Pkg: c.pkg, Suite: c.suite, Labels: c.labels, Base: c.base}
 	ms, h.Generated = dropGenerated(ms)
+	ms, h.OtherModules = dropOtherModules(ms)
 	if c.base != "" {
 		before := len(ms)
 		if ms, err = keepChanged(c, ms); err != nil {
@@ -178,20 +275,23 @@ func run(ctx context.Context, c config) error {
 		}
 		h.OutsideBase = before - len(ms)
 	}
-	fmt.Printf("gremlins found %d mutants in %s (%d in generated files left out", len(ms)+h.Generated+h.OutsideBase, c.pkg, h.Generated)
-	if c.base != "" {
-		fmt.Printf(", %d on lines unchanged since %s", h.OutsideBase, c.base)
+	fmt.Fprintf(out, "gremlins found %d mutants in %s (%d in generated files left out", len(ms)+h.Generated+h.OtherModules+h.OutsideBase, c.pkg, h.Generated)
+	if h.OtherModules > 0 {
+		fmt.Fprintf(out, ", %d in nested modules, whose code the suite does not build", h.OtherModules)
 	}
-	fmt.Println(")")
+	if c.base != "" {
+		fmt.Fprintf(out, ", %d on lines unchanged since %s", h.OutsideBase, c.base)
+	}
+	fmt.Fprintln(out, ")")
 	if c.list {
 		for _, m := range ms {
-			fmt.Printf("  %s %s\n", m.Pos(), m.Kind)
+			fmt.Fprintf(out, "  %s %s\n", m.Pos(), m.Kind)
 		}
 		return nil
 	}
 	if len(ms) == 0 {
 		h.Wall = time.Since(start)
-		report(os.Stdout, h, ms)
+		report(out, h, ms)
 		return nil
 	}
 
@@ -201,7 +301,7 @@ func run(ctx context.Context, c config) error {
 		return err
 	}
 	h.Specs, h.Coverage = len(r.alone), time.Since(began)
-	fmt.Printf("per-spec coverage: %d specs passed alone in %s (each min/median/max %s)\n", h.Specs,
+	fmt.Fprintf(out, "per-spec coverage: %d specs passed alone in %s (each min/median/max %s)\n", h.Specs,
 		h.Coverage.Round(time.Second), spread(slices.Collect(maps.Values(r.alone)), round))
 
 	var covered []int
@@ -222,9 +322,9 @@ func run(ctx context.Context, c config) error {
 	for _, k := range pick(len(covered), c.max) {
 		todo = append(todo, covered[k])
 	}
-	fmt.Printf("%d mutants covered, %d not covered; specs covering each, min/median/max %s: %d spec runs for all, of %d without selection\n",
+	fmt.Fprintf(out, "%d mutants covered, %d not covered; specs covering each, min/median/max %s: %d spec runs for all, of %d without selection\n",
 		len(covered), len(ms)-len(covered), spread(counts, strconv.Itoa), sum, len(covered)*h.Specs)
-	fmt.Printf("running %d mutants, %d at a time, each against the specs that cover it\n", len(todo), c.jobs)
+	fmt.Fprintf(out, "running %d mutants, %d at a time, each against the specs that cover it\n", len(todo), c.jobs)
 	var mu sync.Mutex
 	done := 0
 	err = each(c.jobs, len(todo), func(k int) error {
@@ -234,31 +334,33 @@ func run(ctx context.Context, c config) error {
 		defer mu.Unlock()
 		ms[i] = m
 		done++
-		fmt.Println(progress(done, len(todo), m))
+		fmt.Fprintln(out, progress(done, len(todo), m))
 		return err
 	})
 	if err != nil {
 		return err
 	}
 	h.Wall = time.Since(start)
-	report(os.Stdout, h, ms)
+	report(out, h, ms)
 	return nil
 }
 
 // defaultLabels is the label filter of -pkg's specs: the operator's name for a package under operators/
-// (operators/matrixone/hakeeper's specs are labelled matrixone), else the package's base name.
+// (operators/matrixone/hakeeper's specs are labelled matrixone, as this repository's suite labels its
+// operators), else "", every spec of the suite: another module's labels are its own.
 func defaultLabels(pkg string) string {
 	if parts := strings.Split(pkg, "/"); len(parts) >= 2 && parts[0] == "operators" {
 		return parts[1]
 	}
-	return filepath.Base(pkg)
+	return ""
 }
 
 // modulePath is the module path in go.mod (the command runs from the module root).
 func modulePath() (string, error) {
 	data, err := os.ReadFile("go.mod")
 	if err != nil {
-		return "", fmt.Errorf("run from the module root: %w", err)
+		wd, _ := os.Getwd()
+		return "", fmt.Errorf("run from the module root, where go.mod is (%s has none): -pkg and -suite are relative to it", wd)
 	}
 	for _, l := range strings.Split(string(data), "\n") {
 		if f := strings.Fields(l); len(f) == 2 && f[0] == "module" {
@@ -288,6 +390,33 @@ func discover(ctx context.Context, c config, work string) ([]Mutant, error) {
 	}
 	defer f.Close()
 	return parseGremlins(f, c.pkg)
+}
+
+// dropOtherModules leaves out the mutants of files in a nested module (a directory under the module root
+// with a go.mod of its own, such as an example at another version): gremlins walks into it, but the suite
+// builds that module's code from elsewhere, if at all.
+func dropOtherModules(ms []Mutant) ([]Mutant, int) {
+	nested := map[string]bool{}
+	var inNested func(dir string) bool
+	inNested = func(dir string) bool {
+		if dir == "." || dir == "/" || dir == "" {
+			return false
+		}
+		if n, ok := nested[dir]; ok {
+			return n
+		}
+		_, err := os.Stat(filepath.Join(dir, "go.mod"))
+		n := err == nil || inNested(filepath.Dir(dir))
+		nested[dir] = n
+		return n
+	}
+	var out []Mutant
+	for _, m := range ms {
+		if !inNested(filepath.Dir(filepath.FromSlash(m.File))) {
+			out = append(out, m)
+		}
+	}
+	return out, len(ms) - len(out)
 }
 
 // dropGenerated leaves out the mutants of generated files (deepcopy and the like): a question about
@@ -343,13 +472,14 @@ func (r *runner) coverage(module string) (Coverage, error) {
 		return nil, err
 	}
 	bin := filepath.Join(dir, "suite.test")
-	fmt.Printf("per-spec coverage: compiling %s with -coverpkg=./%s/...\n", r.suite, r.pkg)
-	res := command(r.ctx, buildLimit, "", nil, "go", "test", "-c", "-o", bin, "-coverpkg=./"+r.pkg+"/...", r.suite)
+	coverpkg := "./" + path.Join(r.pkg, "...") // ./operators/multigres/..., or ./... for -pkg .
+	fmt.Fprintf(r.out, "per-spec coverage: compiling %s with -coverpkg=%s\n", r.suite, coverpkg)
+	res := command(r.ctx, buildLimit, "", nil, "go", "test", "-c", "-o", bin, "-coverpkg="+coverpkg, r.dir)
 	if res.err != nil {
 		return nil, res.err
 	}
 	if res.code != 0 {
-		return nil, fmt.Errorf("the suite does not compile without any mutant:\n%s", tail(res.out, 40))
+		return nil, fmt.Errorf("the suite does not compile without any mutant:\n%s", suitebin.Tail(res.out, 40))
 	}
 	dry := filepath.Join(dir, "dry-run.json")
 	res = command(r.ctx, buildLimit, r.dir, nil, bin, "-ginkgo.dry-run", "-ginkgo.no-color", "-ginkgo.label-filter="+r.labels,
@@ -358,7 +488,7 @@ func (r *runner) coverage(module string) (Coverage, error) {
 		return nil, res.err
 	}
 	if res.code != 0 {
-		return nil, fmt.Errorf("the suite's dry run with label filter %q fails (set -labels, make's LABELS):\n%s", r.labels, tail(res.out, 20))
+		return nil, fmt.Errorf("the suite's dry run with label filter %q fails (set -labels, make's LABELS):\n%s", r.labels, suitebin.Tail(res.out, 20))
 	}
 	reports, err := ginkgoreport.Read(dry)
 	if err != nil {
@@ -369,7 +499,7 @@ func (r *runner) coverage(module string) (Coverage, error) {
 	if len(specs) == 0 {
 		return nil, fmt.Errorf("label filter %q selects no spec of %s: set -labels (make's LABELS)", r.labels, r.suite)
 	}
-	fmt.Printf("per-spec coverage: %d specs (label filter %q), each alone, %d at a time\n", len(specs), r.labels, r.jobs)
+	fmt.Fprintf(r.out, "per-spec coverage: %d specs (label filter %q), each alone, %d at a time\n", len(specs), r.labels, r.jobs)
 
 	r.alone = map[string]time.Duration{}
 	cov := Coverage{}
@@ -384,7 +514,7 @@ func (r *runner) coverage(module string) (Coverage, error) {
 		}
 		if res.code != 0 {
 			return fmt.Errorf("spec %q fails alone without any mutant, so no mutant can be judged by it (exit %d, %s):\n%s",
-				specs[i], res.code, res.took.Round(time.Second), tail(res.out, 40))
+				specs[i], res.code, res.took.Round(time.Second), suitebin.Tail(res.out, 40))
 		}
 		f, err := os.Open(profile)
 		if err != nil {
@@ -398,7 +528,7 @@ func (r *runner) coverage(module string) (Coverage, error) {
 		}
 		r.alone[specs[i]] = res.took
 		done++
-		fmt.Printf("  [%*d/%d] %s alone: %s\n", len(strconv.Itoa(len(specs))), done, len(specs), specs[i], round(res.took))
+		fmt.Fprintf(r.out, "  [%*d/%d] %s alone: %s\n", len(strconv.Itoa(len(specs))), done, len(specs), specs[i], round(res.took))
 		return nil
 	})
 	return cov, err
@@ -461,7 +591,7 @@ func (r *runner) mutant(id int, m Mutant) (Mutant, error) {
 		return m, err
 	}
 	bin := filepath.Join(dir, "suite.test")
-	res := command(r.ctx, buildLimit, "", nil, "go", "test", "-c", "-o", bin, "-overlay="+ov, r.suite)
+	res := command(r.ctx, buildLimit, "", nil, "go", "test", "-c", "-o", bin, "-overlay="+ov, r.dir)
 	m.Compile = res.took
 	if res.err != nil {
 		return m, res.err
@@ -565,12 +695,4 @@ func command(ctx context.Context, limit time.Duration, dir string, env []string,
 		res.err = fmt.Errorf("%s: %w", filepath.Base(name), err)
 	}
 	return res
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -1,4 +1,4 @@
-package main
+package mutate
 
 import (
 	"bufio"
@@ -388,7 +388,8 @@ func (t tally) coverage() string {
 // Header describes the run for the report's first lines.
 type Header struct {
 	Pkg, Suite, Labels, Base string
-	Generated, OutsideBase   int // mutants dropped: in generated files, on lines the diff did not change
+	// Mutants dropped: in generated files, in nested modules, on lines the diff did not change.
+	Generated, OtherModules, OutsideBase int
 	// Specs is how many specs the per-spec coverage ran, each alone, in Coverage.
 	Specs    int
 	Coverage time.Duration
@@ -404,6 +405,9 @@ func report(w io.Writer, h Header, ms []Mutant) {
 	fmt.Fprintln(w)
 	if h.Generated > 0 {
 		fmt.Fprintf(w, "left out: %d mutants in generated files\n", h.Generated)
+	}
+	if h.OtherModules > 0 {
+		fmt.Fprintf(w, "left out: %d mutants in nested modules\n", h.OtherModules)
 	}
 	if h.Base != "" {
 		fmt.Fprintf(w, "left out: %d mutants on lines unchanged since %s\n", h.OutsideBase, h.Base)

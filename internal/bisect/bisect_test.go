@@ -1,5 +1,6 @@
-// Package bisect holds the self-test of bisect.sh (make bisect): it bisects a tiny Go module's history with
-// `go test`, so it needs neither envtest nor the scenario suite.
+// The self-test of ensemble bisect bisects a tiny Go module's history with `go test` (-test-cmd), so it
+// needs neither envtest nor a scenario suite. The command runs as a process of its own, as a user runs it:
+// the test binary, which TestMain turns into the command when asCommand is set.
 package bisect
 
 import (
@@ -10,12 +11,27 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ensembletest/ensemble/internal/proc"
 )
+
+// asCommand, in a test binary's environment, makes it run the command with its arguments instead of the
+// tests.
+const asCommand = "ENSEMBLE_TEST_BISECT_AS_COMMAND"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(asCommand) == "1" {
+		ctx, stop := proc.SignalContext()
+		code := Main(ctx, os.Args[1:], os.Stdout, os.Stderr)
+		stop()
+		os.Exit(code)
+	}
+	os.Exit(m.Run())
+}
 
 // history is the tiny module's commits, oldest first: each writes the files it names ("" deletes one).
 // Commit 2 does not compile, commit 3 repairs it, and TestSum fails from commit 4 on.
@@ -38,7 +54,7 @@ var history = []struct {
 // testCmd is what each bisect step runs in the tiny module instead of the scenario suite.
 const testCmd = `go test -count=1 -run "$FOCUS" ./...`
 
-// env is the environment of every git and go command here and of bisect.sh: no user or system git config
+// env is the environment of every git and go command here and of the command: no user or system git config
 // (no hooks, signing or templates of the machine), a fixed identity, and Go without workspaces or
 // toolchain switches. TMPDIR is the test's own, so leftovers can be seen.
 func env(tmp string, extra ...string) []string {
@@ -47,7 +63,7 @@ func env(tmp string, extra ...string) []string {
 		k, _, _ := strings.Cut(kv, "=")
 		switch {
 		case strings.HasPrefix(k, "GIT_"), k == "GOFLAGS", k == "GOWORK", k == "GOTOOLCHAIN", k == "TMPDIR",
-			k == "GOOD", k == "BAD", k == "FOCUS", k == "REPORT_DIR", strings.HasPrefix(k, "BISECT_"):
+			k == "FOCUS", k == "KUBEBUILDER_ASSETS", strings.HasPrefix(k, "BISECT_"):
 			continue
 		}
 		out = append(out, kv)
@@ -58,7 +74,7 @@ func env(tmp string, extra ...string) []string {
 	return append(out, extra...)
 }
 
-func run(t *testing.T, dir string, environ []string, name string, args ...string) string {
+func runGit(t *testing.T, dir string, environ []string, name string, args ...string) string {
 	t.Helper()
 	cmd := exec.Command(name, args...)
 	cmd.Dir, cmd.Env = dir, environ
@@ -79,7 +95,7 @@ func tinyRepo(t *testing.T, tmp string) (string, []string) {
 		t.Fatal(err)
 	}
 	e := env(tmp)
-	run(t, repo, e, "git", "init", "-q", "-b", "main")
+	runGit(t, repo, e, "git", "init", "-q", "-b", "main")
 	var hashes []string
 	for _, c := range history {
 		for name, content := range c.files {
@@ -87,16 +103,16 @@ func tinyRepo(t *testing.T, tmp string) (string, []string) {
 				t.Fatal(err)
 			}
 		}
-		run(t, repo, e, "git", "add", "-A")
-		run(t, repo, e, "git", "commit", "-q", "-m", c.subject)
-		hashes = append(hashes, run(t, repo, e, "git", "rev-parse", "HEAD"))
+		runGit(t, repo, e, "git", "add", "-A")
+		runGit(t, repo, e, "git", "commit", "-q", "-m", c.subject)
+		hashes = append(hashes, runGit(t, repo, e, "git", "rev-parse", "HEAD"))
 	}
 	for name, content := range map[string]string{"README": "tiny, edited\n", "notes.txt": "untracked\n", "mul.go": "package tiny\n\n// Mul: staged.\nfunc Mul(a, b int) int { return a * b }\n"} {
 		if err := os.WriteFile(filepath.Join(repo, name), []byte(content), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	run(t, repo, e, "git", "add", "mul.go")
+	runGit(t, repo, e, "git", "add", "mul.go")
 	// Leave the index stale too (sum.go's stat data no longer matches it): a `git status` in the caller's
 	// checkout would rewrite the index file, and the test would see it.
 	later := time.Now().Add(time.Hour)
@@ -142,9 +158,9 @@ func state(t *testing.T, repo string, e []string) string {
 	b.WriteString(strings.Join(files, "\n") + "\n")
 	head, _ := os.ReadFile(filepath.Join(repo, ".git", "HEAD"))
 	fmt.Fprintf(&b, "HEAD %s", head)
-	fmt.Fprintf(&b, "at %s\n", run(t, repo, e, "git", "rev-parse", "HEAD"))
-	fmt.Fprintf(&b, "worktrees:\n%s\n", run(t, repo, e, "git", "worktree", "list", "--porcelain"))
-	fmt.Fprintf(&b, "refs:\n%s\n", run(t, repo, e, "git", "for-each-ref"))
+	fmt.Fprintf(&b, "at %s\n", runGit(t, repo, e, "git", "rev-parse", "HEAD"))
+	fmt.Fprintf(&b, "worktrees:\n%s\n", runGit(t, repo, e, "git", "worktree", "list", "--porcelain"))
+	fmt.Fprintf(&b, "refs:\n%s\n", runGit(t, repo, e, "git", "for-each-ref"))
 	for _, f := range []string{"BISECT_LOG", "BISECT_START", "BISECT_TERMS", "worktrees"} {
 		if _, err := os.Stat(filepath.Join(repo, ".git", f)); err == nil {
 			fmt.Fprintf(&b, ".git/%s exists\n", f)
@@ -152,23 +168,19 @@ func state(t *testing.T, repo string, e []string) string {
 	}
 	// Plumbing only: `git diff` and `git status` may rewrite a stale index (its stat data), and the index's
 	// bytes are what is compared.
-	fmt.Fprintf(&b, "unstaged:\n%s\nstaged:\n%s\n", run(t, repo, e, "git", "diff-files", "--name-status"),
-		run(t, repo, e, "git", "diff-index", "--cached", "-p", "HEAD"))
+	fmt.Fprintf(&b, "unstaged:\n%s\nstaged:\n%s\n", runGit(t, repo, e, "git", "diff-files", "--name-status"),
+		runGit(t, repo, e, "git", "diff-index", "--cached", "-p", "HEAD"))
 	return b.String()
 }
 
-func script(t *testing.T) string {
+// tools skips the test when git, go or bash is missing.
+func tools(t *testing.T) {
 	t.Helper()
 	for _, tool := range []string{"git", "go", "bash"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Skipf("%s is not installed", tool)
 		}
 	}
-	p, err := filepath.Abs("bisect.sh")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p
 }
 
 // leftovers lists what the bisect left in the temp dir it was given.
@@ -186,20 +198,20 @@ func leftovers(t *testing.T, tmp string) []string {
 }
 
 func TestBisectNamesTheFirstBadCommitAndLeavesTheCheckoutAlone(t *testing.T) {
-	sh := script(t)
+	tools(t)
 	tmp := t.TempDir()
 	repo, hashes := tinyRepo(t, tmp)
 	e := env(tmp)
 	before := state(t, repo, e)
 
 	start := time.Now()
-	// bisect.sh bisects the checkout it is run in
-	cmd := bisectCmd(sh, repo, tmp, "GOOD="+hashes[0], "FOCUS=TestSum", "BISECT_TEST_CMD="+testCmd)
+	// The command bisects the checkout it is run in.
+	cmd := bisectCmd(repo, tmp, nil, "-good", hashes[0], "-focus", "TestSum", "-test-cmd", testCmd)
 	outb, err := cmd.CombinedOutput()
 	out := string(outb)
-	t.Logf("bisect.sh took %s:\n%s", time.Since(start).Round(time.Millisecond), out)
+	t.Logf("bisect took %s:\n%s", time.Since(start).Round(time.Millisecond), out)
 	if err != nil {
-		t.Fatalf("bisect.sh failed: %v", err)
+		t.Fatalf("bisect failed: %v", err)
 	}
 
 	want := "first bad commit: " + hashes[3] + " " + history[3].subject
@@ -219,23 +231,23 @@ func TestBisectNamesTheFirstBadCommitAndLeavesTheCheckoutAlone(t *testing.T) {
 		t.Errorf("the caller's checkout changed:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 	if l := leftovers(t, tmp); len(l) > 0 {
-		t.Errorf("bisect.sh left %v in its temp dir", l)
+		t.Errorf("bisect left %v in its temp dir", l)
 	}
 }
 
 func TestBisectSkipsACommitThatDoesNotCompile(t *testing.T) {
-	sh := script(t)
+	tools(t)
 	tmp := t.TempDir()
 	repo, hashes := tinyRepo(t, tmp)
 	// BAD is commit 3 (Sum still right): with GOOD commit 1 the only commit between is 2, which bisect must
 	// test; make TestSum fail at 3 by focusing a test command that fails from 3 on (mul.go compiles there).
-	cmd := bisectCmd(sh, repo, tmp, "GOOD="+hashes[0], "BAD="+hashes[2], "FOCUS=TestSum",
-		"BISECT_TEST_CMD=test ! -f mul.go && "+testCmd)
+	cmd := bisectCmd(repo, tmp, nil, "-good", hashes[0], "-bad", hashes[2], "-focus", "TestSum",
+		"-test-cmd", "test ! -f mul.go && "+testCmd)
 	outb, err := cmd.CombinedOutput()
 	out := string(outb)
 	t.Logf("%s", out)
 	if err == nil {
-		t.Fatal("bisect.sh succeeded, yet the only commit between cannot be tested")
+		t.Fatal("bisect succeeded, yet the only commit between cannot be tested")
 	}
 	if !strings.Contains(out, hashes[1][:12]+"  skip") || !strings.Contains(out, "does not build: ./mul.go:3") {
 		t.Errorf("commit 2 was not tested and skipped with its compile error")
@@ -247,47 +259,63 @@ func TestBisectSkipsACommitThatDoesNotCompile(t *testing.T) {
 }
 
 func TestBisectSaysWhatToPass(t *testing.T) {
-	sh := script(t)
+	tools(t)
 	tmp := t.TempDir()
+	repo, hashes := tinyRepo(t, tmp)
 	for _, c := range []struct {
-		env  []string
+		dir  string
+		args []string
 		want string
 	}{
-		{[]string{"FOCUS=TestSum"}, "make bisect: pass GOOD=<rev>"},
-		{[]string{"GOOD=HEAD~2"}, "make bisect: pass FOCUS=<spec regexp>"},
+		{tmp, []string{"-focus", "TestSum"}, "bisect: pass -good (make's GOOD) <rev>"},
+		{tmp, []string{"-good", "HEAD~2"}, "bisect: pass -focus (make's FOCUS) <spec regexp>"},
+		{tmp, []string{"-good", "HEAD~2", "-focus", "x", "-timeout", "0s"}, "bisect: -timeout (make's SUITE_TIMEOUT) is 0s"},
+		{tmp, []string{"-good", "HEAD~2", "-focus", "x", "more"}, `bisect: unexpected argument "more"`},
+		{tmp, []string{"-good", "HEAD~2", "-focus", "x"}, "bisect: run it inside a git checkout"},
+		{repo, []string{"-good", "nosuch", "-focus", "x"}, "bisect: -good (make's GOOD) nosuch is not a commit of "},
+		{repo, []string{"-good", hashes[3], "-bad", hashes[1], "-focus", "x"}, "bisect: -good " + hashes[3] + " (" + hashes[3][:12] + ") is not an ancestor of -bad"},
+		{repo, []string{"-good", "HEAD", "-focus", "x"}, "bisect: -good HEAD and -bad HEAD are the same commit"},
+		{repo, []string{"-good", "HEAD~1", "-focus", "x", "-suite", "nodir"}, "bisect: -suite nodir has no _test.go file"},
 	} {
-		cmd := bisectCmd(sh, tmp, tmp, c.env...)
+		cmd := bisectCmd(c.dir, tmp, nil, c.args...)
 		out, err := cmd.CombinedOutput()
 		lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-		if err == nil || len(lines) != 1 || !strings.HasPrefix(lines[0], c.want) {
-			t.Errorf("with %v: err %v, want one line starting %q, got:\n%s", c.env, err, c.want, out)
+		if exitCode(err) != 2 || len(lines) != 1 || !strings.HasPrefix(lines[0], c.want) {
+			t.Errorf("with %q in %s: err %v, want exit 2 and one line starting %q, got:\n%s", c.args, c.dir, err, c.want, out)
 		}
+	}
+	cmd := bisectCmd(tmp, tmp, nil, "-h")
+	if out, err := cmd.CombinedOutput(); err != nil || !strings.HasPrefix(string(out), "usage: "+Synopsis) {
+		t.Errorf("-h: %v\n%s", err, out)
 	}
 }
 
 // Ctrl-C (SIGINT to the whole process group, as a terminal sends it) in the middle of a step: the worktree
 // and the temp dir are removed and the checkout is as it was.
 func TestBisectCleansUpOnCtrlC(t *testing.T) {
-	sh := script(t)
+	tools(t)
 	tmp := t.TempDir()
 	repo, hashes := tinyRepo(t, tmp)
 	e := env(tmp)
 	before := state(t, repo, e)
 	mark := filepath.Join(t.TempDir(), "step-started")
 
-	cmd := bisectCmd(sh, repo, tmp, "GOOD="+hashes[0], "FOCUS=TestSum", "MARK="+mark, `BISECT_TEST_CMD=touch "$MARK"; sleep 30`)
+	cmd := bisectCmd(repo, tmp, []string{"MARK=" + mark}, "-good", hashes[0], "-focus", "TestSum", "-test-cmd", `echo $$ >"$MARK"; exec sleep 30`)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var out strings.Builder
 	cmd.Stdout, cmd.Stderr = &out, &out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	// The step has begun once its mark exists and its sleep runs: a SIGINT sent between the two would reach
-	// the shell before the sleep started, and the sleep would then run its 30 s out.
+	// The step has begun once its mark names its shell and the shell has become the sleep: a SIGINT sent
+	// before would reach the shell, and the sleep would then run its 30 s out. The step runs in a process
+	// group of its own (proc.Run), which the command ends on its own SIGINT.
 	deadline := time.Now().Add(15 * time.Second)
 	for {
-		if _, err := os.Stat(mark); err == nil && exec.Command("pgrep", "-g", strconv.Itoa(cmd.Process.Pid), "-x", "sleep").Run() == nil {
-			break
+		if pid, err := os.ReadFile(mark); err == nil {
+			if comm, err := os.ReadFile("/proc/" + strings.TrimSpace(string(pid)) + "/comm"); err == nil && string(comm) == "sleep\n" {
+				break
+			}
 		}
 		if time.Now().After(deadline) {
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
@@ -303,50 +331,50 @@ func TestBisectCleansUpOnCtrlC(t *testing.T) {
 	go func() { done <- cmd.Wait() }()
 	select {
 	case err := <-done:
-		if err == nil {
-			t.Errorf("bisect.sh exited 0 after Ctrl-C")
+		if code := exitCode(err); code != 130 {
+			t.Errorf("bisect exited %d after Ctrl-C, want 130", code)
 		}
 	case <-time.After(15 * time.Second):
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		<-done // the output is complete only once the command was reaped
-		t.Fatalf("bisect.sh did not end within 15 s of Ctrl-C:\n%s", out.String())
+		t.Fatalf("bisect did not end within 15 s of Ctrl-C:\n%s", out.String())
 	}
 	t.Logf("%s", out.String())
 	if !strings.Contains(out.String(), "interrupted; the worktree is removed") {
-		t.Error("bisect.sh did not say it was interrupted")
+		t.Error("bisect did not say it was interrupted")
 	}
 	if after := state(t, repo, e); after != before {
 		t.Errorf("the caller's checkout changed:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 	if l := leftovers(t, tmp); len(l) > 0 {
-		t.Errorf("bisect.sh left %v in its temp dir", l)
+		t.Errorf("bisect left %v in its temp dir", l)
 	}
 }
 
 // A BAD that passes as committed in a checkout with uncommitted changes: the last line says the changes
 // are not bisected, not only that the spec may be flaky.
 func TestBisectOnADirtyCheckoutSaysTheChangesAreNotBisected(t *testing.T) {
-	sh := script(t)
+	tools(t)
 	tmp := t.TempDir()
 	// tinyRepo's checkout has uncommitted changes; BAD is commit 3, at which TestSum passes.
 	repo, hashes := tinyRepo(t, tmp)
-	cmd := bisectCmd(sh, repo, tmp, "GOOD="+hashes[0], "BAD="+hashes[2], "FOCUS=TestSum", "BISECT_TEST_CMD="+testCmd)
+	cmd := bisectCmd(repo, tmp, nil, "-good", hashes[0], "-bad", hashes[2], "-focus", "TestSum", "-test-cmd", testCmd)
 	outb, err := cmd.CombinedOutput()
 	lines := strings.Split(strings.TrimSpace(string(outb)), "\n")
 	last := lines[len(lines)-1]
-	if err == nil || !strings.Contains(last, "as committed passes FOCUS='TestSum', and your checkout has uncommitted changes to ") ||
+	if err == nil || !strings.Contains(last, "as committed passes -focus 'TestSum', and your checkout has uncommitted changes to ") ||
 		!strings.Contains(last, "files, which bisect never tests: if they make the spec fail, commit them first") {
 		t.Errorf("err %v, last line %q:\n%s", err, last, outb)
 	}
 	if l := leftovers(t, tmp); len(l) > 0 {
-		t.Errorf("bisect.sh left %v in its temp dir", l)
+		t.Errorf("bisect left %v in its temp dir", l)
 	}
 }
 
-// bisectCmd is bisect.sh run in dir, with env(tmp, vars...) as its environment.
-func bisectCmd(sh, dir, tmp string, vars ...string) *exec.Cmd {
-	cmd := exec.Command("bash", sh)
+// bisectCmd is the command (ensemble bisect args...) run in dir, with env(tmp, vars...) as its environment.
+func bisectCmd(dir, tmp string, vars []string, args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], args...)
 	cmd.Dir = dir
-	cmd.Env = env(tmp, vars...)
+	cmd.Env = append(env(tmp, vars...), asCommand+"=1")
 	return cmd
 }

@@ -1,22 +1,8 @@
-// Command ginkgoreport reads Ginkgo JSON reports (-ginkgo.json-report=FILE) for tools/bisect and tools/flake.
-//
-// Usage:
-//
-//	ginkgoreport ran FILE                    the number of specs that ran (neither skipped nor pending)
-//	ginkgoreport failures [-root DIR] FILE   each failed spec or suite node: name, message, location, failure dump;
-//	                                         exit 1 when nothing failed
-//	ginkgoreport summary FILE...             "N/N passed" is the caller's; this prints each spec's runs and
-//	                                         min/median/max run time over the reports, slowest median first
-//
-// -root DIR shortens file names under DIR, in locations and messages, to paths relative to it (a bisect's
-// worktree is gone by the time its failure is printed). Exit 2: a report cannot be read.
-package main
+package ginkgoreport
 
 import (
-	"flag"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
@@ -25,72 +11,16 @@ import (
 	"time"
 
 	"github.com/onsi/ginkgo/v2/types"
-
-	"github.com/ensembletest/ensemble/internal/ginkgoreport"
 )
-
-func main() {
-	if len(os.Args) < 2 {
-		usage()
-	}
-	var err error
-	code := 0
-	switch cmd, args := os.Args[1], os.Args[2:]; cmd {
-	case "ran":
-		if len(args) != 1 {
-			usage()
-		}
-		var reports []types.Report
-		if reports, err = ginkgoreport.Read(args[0]); err == nil {
-			fmt.Println(len(ginkgoreport.Ran(reports)))
-		}
-	case "failures":
-		fs := flag.NewFlagSet("failures", flag.ExitOnError)
-		root := fs.String("root", "", "print file names under this directory relative to it")
-		_ = fs.Parse(args)
-		if fs.NArg() != 1 {
-			usage()
-		}
-		var reports []types.Report
-		if reports, err = ginkgoreport.Read(fs.Arg(0)); err == nil && failures(os.Stdout, reports, *root, 60) == 0 {
-			code = 1
-		}
-	case "summary":
-		if len(args) == 0 {
-			usage()
-		}
-		var runs [][]types.Report
-		for _, f := range args {
-			var r []types.Report
-			if r, err = ginkgoreport.Read(f); err != nil {
-				break
-			}
-			runs = append(runs, r)
-		}
-		if err == nil {
-			summary(os.Stdout, runs)
-		}
-	default:
-		usage()
-	}
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "ginkgoreport: %v\n", err)
-		os.Exit(2)
-	}
-	os.Exit(code)
-}
-
-func usage() {
-	fmt.Fprintln(os.Stderr, "usage: ginkgoreport ran FILE | failures [-root DIR] FILE | summary FILE...: pass Ginkgo JSON reports (-ginkgo.json-report=FILE)")
-	os.Exit(2)
-}
 
 // dumpLine is what suite.Case logs when it writes a failure dump.
 var dumpLine = regexp.MustCompile(`failure dump of \S+ written to (\S+)`)
 
-// failures prints every failed spec and suite node of reports (a message cut to maxLines lines) and the
-// suites' special failure reasons; it returns how many failures it printed.
-func failures(w io.Writer, reports []types.Report, root string, maxLines int) int {
+// Failures prints every failed spec and suite node of reports (its name, location, message cut to maxLines
+// lines, and the failure dumps it wrote) and the suites' special failure reasons, and returns how many
+// failures it printed. File names under root ("" for none) are printed relative to it, in locations and
+// messages (a bisect's worktree is gone by the time its failure is printed).
+func Failures(w io.Writer, reports []types.Report, root string, maxLines int) int {
 	n := 0
 	for _, r := range reports {
 		for _, sr := range r.SpecReports {
@@ -98,7 +28,7 @@ func failures(w io.Writer, reports []types.Report, root string, maxLines int) in
 				continue
 			}
 			n++
-			fmt.Fprintf(w, "%s %s\n", strings.ToUpper(sr.State.String()), ginkgoreport.Name(sr))
+			fmt.Fprintf(w, "%s %s\n", strings.ToUpper(sr.State.String()), Name(sr))
 			fmt.Fprintf(w, "  spec at   %s\n", loc(sr.LeafNodeLocation, root))
 			if sr.Failure.FailureNodeType != types.NodeTypeInvalid && sr.Failure.FailureNodeType != sr.LeafNodeType {
 				fmt.Fprintf(w, "  in its    %s at %s\n", sr.Failure.FailureNodeType, loc(sr.Failure.FailureNodeLocation, root))
@@ -128,7 +58,7 @@ func failures(w io.Writer, reports []types.Report, root string, maxLines int) in
 			fmt.Fprintf(w, "SUITE FAILED: %s\n", reason)
 		}
 		if n > 0 && r.SuiteConfig.RandomSeed != 0 {
-			fmt.Fprintf(w, "random seed %d: GINKGO_FLAGS=-ginkgo.seed=%d runs the specs in this order again\n", r.SuiteConfig.RandomSeed, r.SuiteConfig.RandomSeed)
+			fmt.Fprintf(w, "random seed %d: -ginkgo-flags=-ginkgo.seed=%d (make's GINKGO_FLAGS) runs the specs in this order again\n", r.SuiteConfig.RandomSeed, r.SuiteConfig.RandomSeed)
 		}
 	}
 	return n
@@ -187,7 +117,7 @@ func timings(runs [][]types.Report) []timing {
 				default:
 					continue
 				}
-				n := ginkgoreport.Name(sr)
+				n := Name(sr)
 				t := byName[n]
 				if t == nil {
 					t = &timing{name: n}
@@ -223,8 +153,9 @@ func median(d []time.Duration) time.Duration {
 	return (d[len(d)/2-1] + d[len(d)/2]) / 2
 }
 
-// summary prints the timing table: runs, min, median and max per spec, then the suites' total run times.
-func summary(w io.Writer, runs [][]types.Report) {
+// Summary prints the timing table of runs (each run's reports): per spec and suite node that ran, how many
+// runs it ran in and its min, median and max run time, slowest median first, then the whole suite's.
+func Summary(w io.Writer, runs [][]types.Report) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "runs\tmin\tmedian\tmax\t  %s\n", "spec")
 	for _, t := range timings(runs) {

@@ -1,4 +1,4 @@
-package main
+package defectmatrix
 
 import (
 	"reflect"
@@ -227,7 +227,7 @@ func TestTable(t *testing.T) {
 MG-A      fixed    multigres is quiet                           yes: passed -> failed  multigres becomes Healthy: passed -> timedout
 MO-B      live     matrixone CNClaim double binding             no: passed both ways   none
 MO-STUCK  fixed    operators/matrixone TestX (no scenario yet)  no: not in the suite   (not judged)
-error: MO-STUCK: no spec of the suite is named "operators/matrixone TestX (no scenario yet)": add the scenario or correct the entry's Specs in pins/catalog.go
+error: MO-STUCK: no spec of the suite is named "operators/matrixone TestX (no scenario yet)": add the scenario or correct the entry's Specs in the suite's catalog (suite.Options.Pins)
 `
 	if out.String() != want {
 		t.Errorf("table =\n%s\nwant\n%s", out.String(), want)
