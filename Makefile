@@ -102,13 +102,13 @@ IDS ?=
 # The commands are built into bin/ and run directly, not with go run: GNU make forwards SIGTERM to its
 # child (not SIGINT: a Ctrl-C reaches the whole terminal group anyway), and go run dies of SIGTERM
 # without passing it on, which left the command and its envtest running. Phony: go build decides what
-# is stale. bin/ensemble is cmd/ensemble, the commands any module runs (mutate, flake, bisect,
-# defect-matrix; explore for now builds internal/cmd/explore); explore and bugs are this repository's.
+# is stale. bin/ensemble is cmd/ensemble, the commands any module runs (explore, mutate, flake, bisect,
+# defect-matrix); bugs is this repository's.
 ENSEMBLE := $(BIN)/ensemble
 .PHONY: $(ENSEMBLE)
 $(ENSEMBLE):
 	@$(GO) build -o $@ ./cmd/ensemble
-COMMANDS := $(addprefix $(BIN)/,explore bugs)
+COMMANDS := $(addprefix $(BIN)/,bugs)
 .PHONY: $(COMMANDS)
 $(COMMANDS): $(BIN)/%:
 	@$(GO) build -o $@ ./internal/cmd/$*
@@ -119,9 +119,9 @@ $(COMMANDS): $(BIN)/%:
 # ordinary spec, unperturbed or with explore's budget over it) and checks the same at its fixed version.
 BUGS ?=
 .PHONY: bugs
-bugs: envtest-assets $(BIN)/bugs $(BIN)/explore ## Known bugs of the examples' operators, found at their buggy versions and not at the fixed ones: bug | operator | buggy | fixed | found by | points tried | time to find | verdict at fixed (BUGS=ID,ID; EXPLORE_JOBS=n; REPORT_DIR=dir).
+bugs: envtest-assets $(BIN)/bugs $(ENSEMBLE) ## Known bugs of the examples' operators, found at their buggy versions and not at the fixed ones: bug | operator | buggy | fixed | found by | points tried | time to find | verdict at fixed (BUGS=ID,ID; EXPLORE_JOBS=n; REPORT_DIR=dir).
 	@$(if $(REPORT_DIR),mkdir -p $(REPORT_DIR))
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(BIN)/bugs -explore $(BIN)/explore -timeout $(SUITE_TIMEOUT) -j $(EXPLORE_JOBS) \
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(BIN)/bugs -ensemble $(ENSEMBLE) -timeout $(SUITE_TIMEOUT) -j $(EXPLORE_JOBS) \
 	  $(if $(BUGS),-bugs "$$BUGS") $(if $(REPORT_DIR),-report-dir $(abspath $(REPORT_DIR)))
 defect-matrix: envtest-assets $(ENSEMBLE) ## Flip each catalog entry in turn and check that its own specs change verdict: the matrix, non-zero when one flips none (IDS=ID,ID; REPORT_DIR=dir writes defect-matrix.json and each run's report).
 	@$(if $(REPORT_DIR),mkdir -p $(REPORT_DIR))
@@ -148,12 +148,13 @@ bisect: envtest-assets $(ENSEMBLE) ## First commit at which FOCUS=<spec regexp> 
 flake: envtest-assets $(ENSEMBLE) ## Run the scenario suite (or FOCUS=regexp, LABELS=filter) N=<runs> times: the first failing run's failure, else N/N passed and per-spec min/median/max times.
 	@KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(ENSEMBLE) flake -n "$(N)" $(if $(FOCUS),-focus "$$FOCUS") $(if $(LABELS),-labels "$$LABELS") $(SUITE_RUN_FLAGS)
 
-# explore: internal/cmd/explore runs the FOCUS specs unperturbed twice, then each on its own once per perturbation
-# point (each write of each controller and fake, and each change a manager's watch delivered, each of MODES) within
-# BUDGET (points, or a duration such as 20m), and prints point | mode | verdict | first difference with a command
-# that reruns each failing point. FOCUS, MODES and POINTS reach it through the environment as make got them,
-# quotes, '#' and spaces included. SUITE names
-# another Ginkgo suite's directory (examples/kuberay); EXPLORE_JOBS runs points at once, each with its own envtest.
+# explore: ensemble explore (internal/explore) runs the FOCUS specs unperturbed twice, then each on its own once per
+# perturbation point (each write of each controller and fake, and each change a manager's watch delivered, each of
+# MODES) within BUDGET (points, or a duration such as 20m), BATCH runs of one spec per test process, and prints
+# point | mode | verdict | first difference with a command that reruns each failing point. FOCUS, MODES and POINTS
+# reach it through the environment as make got them, quotes, '#' and spaces included. SUITE names another Ginkgo
+# suite's directory (examples/kuberay; default ./scenarios); EXPLORE_JOBS runs test processes at once, each with
+# its own envtest.
 EXPLORE_NEEDS_FOCUS = make explore: pass FOCUS=<spec regexp>, the specs to perturb, e.g. make explore FOCUS='becomes Healthy' BUDGET=6
 # Checked before the prerequisites, so a missing FOCUS is said before any envtest build.
 $(if $(filter explore,$(MAKECMDGOALS)),$(if $(FOCUS),,$(error $(EXPLORE_NEEDS_FOCUS))))
@@ -167,20 +168,21 @@ UNTIL ?=
 SHARD ?=
 FROM ?=
 MERGE ?=
+BATCH ?=
 EXPLORE_JOBS ?= 1
 
 .PHONY: explore
-explore: envtest-assets $(BIN)/explore ## Perturb the FOCUS=<spec regexp> specs one point at a time and compare with their unperturbed runs: point | mode | verdict | first difference, a rerun command per failing point (MODES=a,b|all, BUDGET=40|20m, POINTS=, REPEAT=n, SUITE=examples/kuberay, LAG=15s, UNTIL=<regexp> stops at the first point whose failure it matches (. for any), SHARD=i/n runs a part, FROM=dir takes an earlier run's unperturbed runs, EXPLORE_JOBS=1, REPORT_DIR=dir).
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(BIN)/explore -focus "$$FOCUS" -j $(EXPLORE_JOBS) -timeout $(SUITE_TIMEOUT) \
+explore: envtest-assets $(ENSEMBLE) ## Perturb the FOCUS=<spec regexp> specs one point at a time and compare with their unperturbed runs: point | mode | verdict | first difference, a rerun command per failing point (MODES=a,b|all, BUDGET=40|20m, POINTS=, REPEAT=n, SUITE=examples/kuberay, LAG=15s, UNTIL=<regexp> stops at the first point whose failure it matches (. for any), SHARD=i/n runs a part, FROM=dir takes an earlier run's unperturbed runs, BATCH=10 runs per test process, EXPLORE_JOBS=1, REPORT_DIR=dir).
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(ENSEMBLE) explore -suite "$(or $(SUITE),./scenarios)" -focus "$$FOCUS" -j $(EXPLORE_JOBS) -timeout $(SUITE_TIMEOUT) \
 	  $(if $(MODES),-modes "$$MODES") $(if $(BUDGET),-budget "$(BUDGET)") $(if $(POINTS),-points "$$POINTS") \
-	  $(if $(REPEAT),-repeat "$(REPEAT)") $(if $(SUITE),-suite "$(SUITE)") $(if $(LAG),-lag "$(LAG)") $(if $(UNTIL),-until "$$UNTIL") $(if $(SHARD),-shard "$(SHARD)") $(if $(FROM),-from $(abspath $(FROM))) \
+	  $(if $(REPEAT),-repeat "$(REPEAT)") $(if $(BATCH),-batch "$(BATCH)") $(if $(LAG),-lag "$(LAG)") $(if $(UNTIL),-until "$$UNTIL") $(if $(SHARD),-shard "$(SHARD)") $(if $(FROM),-from $(abspath $(FROM))) \
 	  $(if $(REPORT_DIR),-report-dir $(abspath $(REPORT_DIR)))
 
 EXPLORE_MERGE_NEEDS = make explore-merge: pass MERGE='<shard dir>/explore.json ...', every shard's, and REPORT_DIR=<dir> for the joined explore.json
 .PHONY: explore-merge
-explore-merge: $(BIN)/explore ## Join the explore.json of every shard of one make explore run (MERGE='a/explore.json b/explore.json', REPORT_DIR=dir) into one table and explore.json.
+explore-merge: $(ENSEMBLE) ## Join the explore.json of every shard of one make explore run (MERGE='a/explore.json b/explore.json', REPORT_DIR=dir) into one table and explore.json.
 	$(if $(MERGE),,$(error $(EXPLORE_MERGE_NEEDS)))$(if $(REPORT_DIR),,$(error $(EXPLORE_MERGE_NEEDS)))
-	$(BIN)/explore -merge "$$MERGE" -report-dir $(abspath $(REPORT_DIR))
+	$(ENSEMBLE) explore -merge "$$MERGE" -report-dir $(abspath $(REPORT_DIR))
 
 # mutate: the scenario suite's mutation score over one reference operator package. gremlins finds the mutants
 # (a dry run); ensemble mutate runs them, since gremlins itself only runs the mutated package's own tests

@@ -28,6 +28,7 @@ import (
 
 	"github.com/ensembletest/ensemble/internal/bisect"
 	"github.com/ensembletest/ensemble/internal/defectmatrix"
+	"github.com/ensembletest/ensemble/internal/explore"
 	"github.com/ensembletest/ensemble/internal/flake"
 	"github.com/ensembletest/ensemble/internal/mutate"
 	"github.com/ensembletest/ensemble/internal/proc"
@@ -41,7 +42,7 @@ type command struct {
 
 // commands are the subcommands, in the order -h lists them.
 var commands = []command{
-	{"explore", exploreAbout, exploreMain},
+	{"explore", explore.About, explore.Main},
 	{"mutate", mutate.About, mutate.Main},
 	{"flake", flake.About, flake.Main},
 	{"bisect", bisect.About, bisect.Main},

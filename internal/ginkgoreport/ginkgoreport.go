@@ -1,6 +1,6 @@
 // Package ginkgoreport reads Ginkgo JSON reports (-ginkgo.json-report=FILE), names their nodes and prints
 // their failures and run times, for the commands that run a suite and judge its runs (internal/defectmatrix,
-// internal/cmd/explore, internal/mutate, internal/flake, internal/bisect), and runs a compiled suite to get one
+// internal/explore, internal/mutate, internal/flake, internal/bisect), and runs a compiled suite to get one
 // (RunSuite).
 package ginkgoreport
 

@@ -1,5 +1,5 @@
 // Package textout holds the text helpers of the commands that print the results of suite runs
-// (internal/defectmatrix, internal/cmd/explore, internal/flake, internal/bisect): a count with its noun, a
+// (internal/defectmatrix, internal/explore, internal/flake, internal/bisect): a count with its noun, a
 // table cell cut to a width, a result as indented JSON.
 package textout
 

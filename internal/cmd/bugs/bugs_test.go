@@ -108,7 +108,7 @@ func TestRunRefusesBadInputBeforeRunningAnything(t *testing.T) {
 		want string
 	}{
 		{[]string{"op#99"}, `-bugs (make's BUGS) names "op#99", which ` + path + ` does not list: name some of op#12, op#13`},
-		{[]string{"op#13"}, "the explore binary " + c.explore + " is missing"},
+		{[]string{"op#13"}, "the ensemble binary " + c.explore + " is missing"},
 	} {
 		c.bugs = tc.bugs
 		var out bytes.Buffer

@@ -2,13 +2,13 @@
 // buggy version, by an ordinary spec of the operator's example (unperturbed, or with make explore's budget
 // over it), and then the same check at the version that fixed it. See docs/architecture.md §10.
 //
-// Usage (from the module root, with KUBEBUILDER_ASSETS set; `make bugs` does both and builds bin/explore):
+// Usage (from the module root, with KUBEBUILDER_ASSETS set; `make bugs` does both and builds bin/ensemble):
 //
-//	go run ./internal/cmd/bugs [-bugs ID,ID] [-catalog examples/bugs.yaml] [-explore bin/explore] [-j 1] [-report-dir DIR] [-timeout 20m]
+//	go run ./internal/cmd/bugs [-bugs ID,ID] [-catalog examples/bugs.yaml] [-ensemble bin/ensemble] [-j 1] [-report-dir DIR] [-timeout 20m]
 //
 // Per entry:
 //
-//  1. At the buggy version: with explore, bin/explore over the spec with the entry's modes and budget,
+//  1. At the buggy version: with explore, bin/ensemble explore over the spec with the entry's modes and budget,
 //     stopping at the first point whose failure matches the entry's Expect (-until); without, the
 //     example's spec alone (go test), whose failure must match it. Points that failed otherwise on the way are
 //     findings of their own: the row names them (Others), and they do not count as finding the bug.
@@ -63,7 +63,7 @@ func main() {
 	var bugs string
 	flag.StringVar(&bugs, "bugs", "", "comma-separated entries to run, such as cluster-api#13649 (default: every entry)")
 	flag.StringVar(&c.catalog, "catalog", "examples/bugs.yaml", "the catalog of known bugs")
-	flag.StringVar(&c.explore, "explore", "bin/explore", "the explore command's binary")
+	flag.StringVar(&c.explore, "ensemble", "bin/ensemble", "the ensemble command's binary, whose explore it runs")
 	flag.StringVar(&c.report, "report-dir", "", "directory of the runs and bugs.json (default: a new temporary directory)")
 	flag.DurationVar(&c.timeout, "timeout", 20*time.Minute, "each run's -test.timeout")
 	flag.IntVar(&c.jobs, "j", 1, "explore's point runs at once")
@@ -142,7 +142,7 @@ func run(ctx context.Context, c config, out io.Writer) (Result, error) {
 	}
 	if slices.ContainsFunc(entries, func(e Entry) bool { return e.Explore != nil }) {
 		if _, err := os.Stat(c.explore); err != nil {
-			return res, fmt.Errorf("the explore binary %s is missing: run `make bugs`, which builds it, or pass -explore", c.explore)
+			return res, fmt.Errorf("the ensemble binary %s is missing: run `make bugs`, which builds it, or pass -ensemble", c.explore)
 		}
 	}
 	dir, temp := c.report, c.report == ""
@@ -284,7 +284,7 @@ func explore(ctx context.Context, c config, example, version, dir string, args .
 	if err != nil {
 		return x, 0, err
 	}
-	cmd := exec.Command(bin, append([]string{"-suite", suite, "-report-dir", dir, "-timeout", c.timeout.String(), "-j", fmt.Sprint(c.jobs)}, args...)...)
+	cmd := exec.Command(bin, append([]string{"explore", "-suite", suite, "-report-dir", dir, "-timeout", c.timeout.String(), "-j", fmt.Sprint(c.jobs)}, args...)...)
 	began := time.Now()
 	if err := runLogged(ctx, cmd, log); err != nil {
 		return x, 0, fmt.Errorf("explore at %s: %w; %s", version, err, tail(log))

@@ -1,12 +1,12 @@
-// Command explore perturbs the specs a focus selects, one perturbation point at a time, and reports which
+// Package explore is `ensemble explore`: it perturbs the specs a focus selects, one perturbation point at a time, and reports which
 // points make a spec fail: its assertions, its oracles, or the differential oracle, which fails a case whose
 // end state differs from the unperturbed runs'. See docs/architecture.md §3 Perturbation.
 //
-// Usage (from the module root, with KUBEBUILDER_ASSETS set; `make explore` does both):
+// Usage (from the module that holds the suite; `make explore` runs this repository's scenarios):
 //
-//	go run ./internal/cmd/explore -focus REGEXP [-suite ./scenarios/] [-modes conflict,timeout,...|all]
-//	    [-budget 40|20m] [-lag 15s] [-until REGEXP] [-points 'POINT ...'] [-shard i/n] [-repeat N] [-j 1] [-report-dir DIR] [-timeout 20m]
-//	go run ./internal/cmd/explore -merge 'DIR/explore.json ...' -report-dir DIR
+//	ensemble explore -focus REGEXP [-suite .] [-modes conflict,timeout,...|all] [-budget 40|20m] [-batch 10]
+//	    [-lag 15s] [-until REGEXP] [-points 'POINT ...'] [-shard i/n] [-repeat N] [-j 1] [-report-dir DIR] [-timeout 20m]
+//	ensemble explore -merge 'DIR/explore.json ...' -report-dir DIR
 //
 // It compiles the suite's test binary once (go test -c in the suite's directory, so a suite that is a Go
 // module of its own, such as ./examples/kuberay, builds too) and runs it:
@@ -26,10 +26,12 @@
 //     informer lagging behind the API server for longer than operators commonly wait for their own cache.
 //     The budget takes them in an order that spreads them over specs, writers, modes and objects before it
 //     takes any twice (see sampler); -points skips this.
-//  3. Each point, on its spec alone (a focus anchored to its full text): ENSEMBLE_PERTURB=point,
-//     ENSEMBLE_BASELINE=the two baselines' records. Its verdict is pass, fail, not reached (the point never
-//     fired) or error (the run could not be judged); its first difference is the differential oracle's
-//     first field, else the failure's first line.
+//  3. The points, on their spec alone (a focus anchored to its full text), -batch runs of one spec in one
+//     test process: ENSEMBLE_PERTURB=point|point|..., a run of the spec each (suite.Runs), with
+//     ENSEMBLE_BASELINE=the two baselines' records. Ginkgo ends the process at the first failing run; the
+//     points after it go to the next process. Each run's record (perturb.Record.Run) judges it: pass, fail,
+//     not reached (the point never fired) or error (the run could not be judged); its first difference is
+//     the differential oracle's first field, else the failure's first line.
 //
 // It prints the table (point | mode | verdict | first difference), the wall time per point, and for each
 // failing point the timeline the harness wrote and the one command that reruns exactly that point. Every
@@ -45,7 +47,7 @@
 // Exit 0 when the exploration ran, whatever the verdicts (a failing point is a finding, not an error of the
 // command); exit 2 with one line on bad input, a suite that does not compile, or a baseline that fails.
 // SIGINT or SIGTERM stops the runs (proc.Run), prints the points that ended and exits 0.
-package main
+package explore
 
 import (
 	"bytes"
@@ -70,6 +72,7 @@ import (
 	"github.com/ensembletest/ensemble/internal/cmdline"
 	"github.com/ensembletest/ensemble/internal/ginkgoreport"
 	"github.com/ensembletest/ensemble/internal/proc"
+	"github.com/ensembletest/ensemble/internal/suitebin"
 	"github.com/ensembletest/ensemble/internal/textout"
 	"github.com/ensembletest/ensemble/suite/perturb"
 )
@@ -78,6 +81,8 @@ import (
 type config struct {
 	suite, focus, modes, budget, points, reportDir string
 	repeat, jobs                                   int
+	// batch is -batch: how many runs of points of one spec one test process makes.
+	batch int
 	timeout, lag                                   time.Duration
 	// until stops taking points once one has failed with a failure it matches ("" never stops).
 	until string
@@ -88,53 +93,78 @@ type config struct {
 	bin string
 }
 
-func main() {
+// Synopsis is the command's usage line.
+const Synopsis = "ensemble explore -focus REGEXP [-suite DIR] [-modes a,b|all] [-budget 40|20m] [-batch 10] [-lag 15s] [-until REGEXP] [-points 'POINT ...'] [-shard i/n] [-from DIR] [-repeat N] [-j 1] [-report-dir DIR] [-timeout 20m]\n       ensemble explore -merge 'DIR/explore.json ...' -report-dir DIR"
+
+// About is what the command does, in one line (ensemble -h lists it).
+const About = "perturb the focused specs one point at a time and compare with their unperturbed runs"
+
+// about is -h's description, after the usage line.
+const about = About + `: point | mode | verdict | first
+difference, with the command that reruns each failing point.
+
+It runs the focused specs unperturbed twice, enumerates the points of their writes and changes, and runs as
+many as -budget allows, -batch points of a spec in one test process (the suite hands suite.Runs() to
+Ginkgo's MustPassRepeatedly). Exit 0 when the exploration ran, whatever the verdicts; 2 with one line on
+bad input, a suite that does not compile, or a baseline that fails.`
+
+// Main runs the command with args (the words after "explore"), its output to stdout and its one-line errors
+// to stderr, and returns the exit code. ctx ends the runs under way (an interrupt); the points that ended are
+// still reported.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var c config
-	flag.StringVar(&c.suite, "suite", "./scenarios/", "the Ginkgo suite's package directory (./examples/kuberay, a module of its own, works too)")
-	flag.StringVar(&c.focus, "focus", "", "Ginkgo focus regexp of the specs to perturb (required)")
-	flag.StringVar(&c.modes, "modes", defaultModes, "comma-separated modes of the enumerated points, or all")
-	flag.StringVar(&c.budget, "budget", "40", "how many enumerated points run: a number, or a duration such as 20m")
-	flag.DurationVar(&c.lag, "lag", defaultLag, "how long the lagged stale points hold their object from the writer's manager (0: none)")
-	flag.StringVar(&c.until, "until", "", "stop taking points once one fails with a failure or first difference this regexp matches (. for any failure; the points under way finish): how many points it took to find it")
-	flag.StringVar(&c.shard, "shard", "", "run the i-th of n parts of the points, as i/n (a matrix job each; -merge joins them)")
-	flag.StringVar(&c.from, "from", "", "take the unperturbed runs (baseline-1, baseline-2) of this earlier run's -report-dir instead of running them, so shards enumerate the same points (make explore BUDGET=0 makes one)")
-	flag.StringVar(&c.merge, "merge", "", "join these shards' explore.json files (separated by spaces) into one table and explore.json under -report-dir, running nothing")
-	flag.StringVar(&c.points, "points", "", "run these points (perturb.Parse's form, separated by spaces) on every focused spec instead of enumerating; -budget does not apply")
-	flag.IntVar(&c.repeat, "repeat", 1, "run each point this many times and report whether the verdicts agree")
-	flag.IntVar(&c.jobs, "j", 1, "point runs at once")
-	flag.StringVar(&c.reportDir, "report-dir", "", "directory of the runs and explore.json (default: a new temporary directory)")
-	flag.DurationVar(&c.timeout, "timeout", 20*time.Minute, "each run's -test.timeout")
-	if err := cmdline.Parse(flag.CommandLine, os.Args[1:], makeVars); err != nil {
-		fail(err)
-	}
-	if strings.TrimSpace(c.merge) != "" {
-		if _, err := mergeShards(strings.Fields(c.merge), c.reportDir, os.Stdout); err != nil {
-			fail(err)
+	fs := flag.NewFlagSet("explore", flag.ContinueOnError)
+	fs.StringVar(&c.suite, "suite", ".", "the Ginkgo suite's package directory (a module of its own works too)")
+	fs.StringVar(&c.focus, "focus", "", "Ginkgo focus regexp of the specs to perturb (required)")
+	fs.StringVar(&c.modes, "modes", defaultModes, "comma-separated modes of the enumerated points, or all")
+	fs.StringVar(&c.budget, "budget", "40", "how many enumerated points run: a number, or a duration such as 20m")
+	fs.IntVar(&c.batch, "batch", defaultBatch, "runs of points of one spec in one test process, one after another (1: a process each)")
+	fs.DurationVar(&c.lag, "lag", defaultLag, "how long the lagged stale points hold their object from the writer's manager (0: none)")
+	fs.StringVar(&c.until, "until", "", "stop taking points once one fails with a failure or first difference this regexp matches (. for any failure; the points under way finish): how many points it took to find it")
+	fs.StringVar(&c.shard, "shard", "", "run the i-th of n parts of the points, as i/n (a matrix job each; -merge joins them)")
+	fs.StringVar(&c.from, "from", "", "take the unperturbed runs (baseline-1, baseline-2) of this earlier run's -report-dir instead of running them, so shards enumerate the same points (-budget 0 makes one)")
+	fs.StringVar(&c.merge, "merge", "", "join these shards' explore.json files (separated by spaces) into one table and explore.json under -report-dir, running nothing")
+	fs.StringVar(&c.points, "points", "", "run these points (perturb.Parse's form, separated by spaces) on every focused spec instead of enumerating; -budget does not apply")
+	fs.IntVar(&c.repeat, "repeat", 1, "run each point this many times and report whether the verdicts agree")
+	fs.IntVar(&c.jobs, "j", 1, "test processes at once")
+	fs.StringVar(&c.reportDir, "report-dir", "", "directory of the runs and explore.json (default: a new temporary directory)")
+	fs.DurationVar(&c.timeout, "timeout", 20*time.Minute, "each test process's -test.timeout")
+	cmdline.Usage(fs, Synopsis, about)
+	merging := func() bool { return strings.TrimSpace(c.merge) != "" }
+	if code, ok := cmdline.Parsed(fs, args, makeVars, stderr, 2, func() error {
+		if merging() {
+			return nil
 		}
-		return
+		_, err := check(c)
+		return err
+	}); !ok {
+		return code
 	}
-	if _, err := check(c); err != nil {
-		fail(err)
+	fail := func(err error) int {
+		fmt.Fprintf(stderr, "explore: %v\n", err)
+		return 2
+	}
+	if merging() {
+		if _, err := mergeShards(strings.Fields(c.merge), c.reportDir, stdout); err != nil {
+			return fail(err)
+		}
+		return 0
+	}
+	assets, err := suitebin.Assets()
+	if err != nil {
+		return fail(err)
 	}
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		fail(errors.New("KUBEBUILDER_ASSETS is not set: run `make explore`, or set it to $(tools/envtest/build.sh --dir)"))
+		_ = os.Setenv("KUBEBUILDER_ASSETS", assets)
 	}
-	// An interrupt stops the runs (each in its own process group, out of the terminal's reach) and prints
-	// the points that ended.
-	ctx, stop := proc.SignalContext()
-	defer stop()
-	if _, err := run(ctx, c, os.Stdout); err != nil {
-		fail(err)
+	if _, err := run(ctx, c, stdout); err != nil {
+		return fail(err)
 	}
-}
-
-func fail(err error) {
-	fmt.Fprintf(os.Stderr, "explore: %v\n", err)
-	os.Exit(2)
+	return 0
 }
 
 // makeVars are the make variables that set the flags.
-var makeVars = map[string]string{"suite": "SUITE", "focus": "FOCUS", "modes": "MODES", "budget": "BUDGET", "points": "POINTS",
+var makeVars = map[string]string{"batch": "BATCH", "suite": "SUITE", "focus": "FOCUS", "modes": "MODES", "budget": "BUDGET", "points": "POINTS",
 	"repeat": "REPEAT", "j": "EXPLORE_JOBS", "report-dir": "REPORT_DIR", "timeout": "SUITE_TIMEOUT", "lag": "LAG", "until": "UNTIL",
 	"shard": "SHARD", "merge": "MERGE", "from": "FROM"}
 
@@ -176,6 +206,9 @@ func check(c config) (plan, error) {
 	}
 	if c.repeat < 1 {
 		return p, fmt.Errorf("-repeat (make's REPEAT) is %d: pass a number of runs per point, 1 or more", c.repeat)
+	}
+	if c.batch < 1 {
+		return p, fmt.Errorf("-batch (make's BATCH) is %d: pass how many points of a spec one test process runs, 1 or more", c.batch)
 	}
 	if c.jobs < 1 {
 		return p, fmt.Errorf("-j (make's EXPLORE_JOBS) is %d: pass a number of runs at once, 1 or more", c.jobs)
@@ -257,7 +290,10 @@ func run(ctx context.Context, c config, out io.Writer) (Exploration, error) {
 			fmt.Fprintf(out, "shard %s runs %s of them\n", x.Shard, textout.Count(len(todo), "point", "points"))
 		}
 	}
-	took, pointsStart := runPoints(ctx, c, r, p, &x, todo, smp, desc, out)
+	took, pointsStart, err := runPoints(ctx, c, r, p, &x, todo, smp, desc, out)
+	if err != nil {
+		return x, err
+	}
 	x.Ran = len(x.Rows)
 	x.Wall = Duration(time.Since(start))
 	if ctx.Err() != nil {
@@ -396,73 +432,6 @@ func choosePoints(p plan, records, second []perturb.Record, x *Exploration, out 
 	}
 
 	return todo, smp
-}
-
-// runPoints runs phase 3: each point on its spec alone, -repeat times, -j at a time, into x.Rows. It returns
-// every run's time and when the points began.
-func runPoints(ctx context.Context, c config, r *runner, p plan, x *Exploration, todo []SpecPoint, smp *sampler, desc string, out io.Writer) (took []time.Duration, pointsStart time.Time) {
-	baseline := strings.Join(x.Baselines, string(os.PathListSeparator))
-	pointsStart = time.Now()
-	// next hands out the next point and its row: todo's in turn, or with a time budget the sampler's while
-	// the budget lasts; with -until none after a point failed as it says.
-	var mu sync.Mutex
-	failed := false
-	handed := 0 // points the sampler handed out, this shard's and the others'
-	next := func() (SpecPoint, int, bool) {
-		mu.Lock()
-		defer mu.Unlock()
-		var sp SpecPoint
-		switch {
-		case ctx.Err() != nil, failed:
-			return sp, 0, false
-		case smp == nil && len(x.Rows) < len(todo):
-			sp = todo[len(x.Rows)]
-		case smp != nil && (len(x.Rows) == 0 || time.Since(pointsStart) < p.budget.Time): // the first always runs
-			for {
-				var ok bool
-				if sp, ok = smp.next(); !ok {
-					return sp, 0, false
-				}
-				sp.Index, handed = handed, handed+1
-				if sp.Index%p.of == p.shard-1 {
-					break
-				}
-			}
-		default:
-			return sp, 0, false
-		}
-		x.Rows = append(x.Rows, Row{})
-		return sp, len(x.Rows) - 1, true
-	}
-	var done int
-	workers(c.jobs, next, func(sp SpecPoint, i int) {
-		dir := filepath.Join(r.dir, "points", pointDir(i, sp))
-		var outs []Outcome
-		var runTook []Duration
-		for k := 1; k <= c.repeat; k++ {
-			d := dir
-			if c.repeat > 1 {
-				d = filepath.Join(dir, fmt.Sprintf("run-%d", k))
-			}
-			res := r.run(ctx, d, specFocus(desc, sp.Spec), sp.Point.String(), baseline)
-			o := res.judge(sp.Spec)
-			outs = append(outs, o)
-			runTook = append(runTook, Duration(res.Took))
-			mu.Lock()
-			took = append(took, res.Took)
-			mu.Unlock()
-		}
-		row := combine(sp, outs)
-		row.Took, row.Dir = runTook, dir
-		row.Command = rerun(c.suite, desc, sp.Spec, row.Point)
-		mu.Lock()
-		x.Rows[i] = row
-		failed = failed || (p.until != nil && row.Verdict == Fail && p.until.MatchString(row.Failure+"\n"+row.Difference))
-		done++
-		fmt.Fprintf(out, "[%d] %s on %q: %s in %s\n", done, row.Point, textout.Cut(sp.Spec, 60), verdictCell(row), time.Duration(runTook[len(runTook)-1]).Round(time.Second))
-		mu.Unlock()
-	})
-	return took, pointsStart
 }
 
 // findings says a row has something to look at in its run directory: a failure, an error, verdicts that
@@ -760,12 +729,9 @@ func (res runResult) baselineError(name, focus, suite string) error {
 		name, filepath.Join(res.dir, "output.log"), strings.Join(bad, "\n"))
 }
 
-// judge is the run's outcome for spec, its timeline found under artifacts/ when the log names none.
-func (res runResult) judge(spec string) Outcome {
-	records, err := perturb.ReadRecords(res.records)
-	if err != nil {
-		return Outcome{Verdict: Error, Failure: err.Error(), Difference: err.Error()}
-	}
+// judgeRun is the outcome of the run that records (one run's, of a spec) belong to, with the process's
+// report; its timeline is found under artifacts/ when the log names none.
+func (res runResult) judgeRun(spec string, records []perturb.Record) Outcome {
 	o := judge(spec, records, res.Reports, res.reportErr)
 	if o.Timeline == "" && o.Failure != "" && o.Verdict != Error {
 		// The harness writes a case's artifacts to a directory named after its spec and ending in its

@@ -1,4 +1,4 @@
-package main
+package explore
 
 import (
 	"bytes"
@@ -31,24 +31,34 @@ for a in "$@"; do
 done
 echo "$focus" >>"$FAKE/focuses"
 [[ "$ENSEMBLE_PERTURB" == "" || -n "$ENSEMBLE_BASELINE" ]] || { echo "a point without ENSEMBLE_BASELINE" >&2; exit 3; }
-case "$focus|$ENSEMBLE_PERTURB" in
-  nothing\|*) cp "$FAKE/empty.json" "$report"; exit 1 ;;
-  broken\|*) cp "$FAKE/broken.json" "$report"; exit 1 ;;
-  *\|) kind=base ;;
-  *\|restart@*) kind=unfired ;;
-  *\|conflict@op/ctl:Kind/a#2) kind=fail ;;
-  *) kind=pass ;;
+case "$focus" in
+  nothing) cp "$FAKE/empty.json" "$report"; exit 1 ;;
+  broken) cp "$FAKE/broken.json" "$report"; exit 1 ;;
 esac
+# ENSEMBLE_PERTURB's runs, separated by |: a run a point, as the harness runs them (suite.Runs), ending at
+# the first failing run as Ginkgo's MustPassRepeatedly does. FAKE_ONCE plays a suite that runs a spec once.
+IFS='|' read -ra runs <<<"$ENSEMBLE_PERTURB|"
+n=${#runs[@]}
+[[ -z "${FAKE_ONCE:-}" ]] || n=1
 mkdir -p "$ENSEMBLE_EXPLORE" "$ENSEMBLE_ARTIFACTS/pool-scales-ns-1" "$ENSEMBLE_ARTIFACTS/-ns-0"
-cp "$FAKE/record-$kind.json" "$ENSEMBLE_EXPLORE/case.json"
 cp "$FAKE/record-sentinel.json" "$ENSEMBLE_EXPLORE/sentinel.json"
 touch "$ENSEMBLE_ARTIFACTS/-ns-0/timeline.html"
-if [[ $kind == fail ]]; then
-  touch "$ENSEMBLE_ARTIFACTS/pool-scales-ns-1/timeline.html"
-  cp "$FAKE/report-fail.json" "$report"
-  exit 1
-fi
-cp "$FAKE/report-pass.json" "$report"
+echo "$n" >>"$FAKE/runs"
+for ((k = 1; k <= n; k++)); do
+  case "${runs[k-1]}" in
+    "") kind=base ;;
+    restart@*) kind=unfired ;;
+    conflict@op/ctl:Kind/a#2) kind=fail ;;
+    *) kind=pass ;;
+  esac
+  sed "s/\"namespace\":\"ns-1\"/\"namespace\":\"ns-1\",\"run\":$k/" "$FAKE/record-$kind.json" >"$ENSEMBLE_EXPLORE/case-$k.json"
+  if [[ $kind == fail ]]; then
+    touch "$ENSEMBLE_ARTIFACTS/pool-scales-ns-1/timeline.html"
+    sed "s/\"NumAttempts\":1/\"NumAttempts\":$k/; s/\"MaxMustPassRepeatedly\":1/\"MaxMustPassRepeatedly\":$n/" "$FAKE/report-fail.json" >"$report"
+    exit 1
+  fi
+done
+sed "s/\"NumAttempts\":1/\"NumAttempts\":$n/; s/\"MaxMustPassRepeatedly\":1/\"MaxMustPassRepeatedly\":${FAKE_ONCE:-${#runs[@]}}/" "$FAKE/report-pass.json" >"$report"
 `
 
 const fakeSpec = `pool "scales" (2 -> 3)`
@@ -87,7 +97,8 @@ func fake(t *testing.T) (dir, bin string) {
 	failed := pass
 	failed.Failed, failed.Failures = true, []string{"oracle differential: the end state differs from the unperturbed run's in 1 fields:"}
 	writeJSON(t, filepath.Join(dir, "record-fail.json"), failed)
-	it := types.SpecReport{LeafNodeType: types.NodeTypeIt, ContainerHierarchyTexts: []string{"pool"}, LeafNodeText: `"scales" (2 -> 3)`, State: types.SpecStatePassed}
+	it := types.SpecReport{LeafNodeType: types.NodeTypeIt, ContainerHierarchyTexts: []string{"pool"}, LeafNodeText: `"scales" (2 -> 3)`, State: types.SpecStatePassed,
+		NumAttempts: 1, MaxMustPassRepeatedly: 1}
 	writeJSON(t, filepath.Join(dir, "report-pass.json"), []types.Report{{SuiteDescription: "fake suite", SpecReports: []types.SpecReport{it}}})
 	bad := it
 	bad.State, bad.Failure.Message = types.SpecStateFailed, "oracle differential: the end state differs from the unperturbed run's in 1 fields:\n  Kind/a status.phase: Ready -> Pending"
@@ -102,7 +113,7 @@ func TestRunWithAFakeSuite(t *testing.T) {
 	dir, bin := fake(t)
 	reports := filepath.Join(dir, "out")
 	var out bytes.Buffer
-	c := config{suite: dir, bin: bin, focus: "scales", modes: "conflict,restart", budget: "5", repeat: 2, jobs: 2, reportDir: reports, timeout: time.Minute}
+	c := config{suite: dir, bin: bin, focus: "scales", modes: "conflict,restart", budget: "5", repeat: 2, jobs: 2, batch: defaultBatch, reportDir: reports, timeout: time.Minute}
 	x, err := run(context.Background(), c, &out)
 	if err != nil {
 		t.Fatalf("run: %v\n%s", err, out.String())
@@ -127,7 +138,7 @@ func TestRunWithAFakeSuite(t *testing.T) {
 		t.Errorf("rows =\n%s\nwant\n%s\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"), out.String())
 	}
 	f := x.Rows[4]
-	if f.Difference != "Kind/a status.phase: Ready -> Pending" || !strings.HasSuffix(f.Timeline, "/run-1/artifacts/pool-scales-ns-1/timeline.html") || !f.Agree {
+	if f.Difference != "Kind/a status.phase: Ready -> Pending" || !strings.HasSuffix(f.Timeline, "/artifacts/pool-scales-ns-1/timeline.html") || !f.Agree {
 		t.Errorf("the failing row: %+v", f)
 	}
 	wantCmd := `make explore FOCUS='^fake suite pool "scales" \(2 -> 3\)$' POINTS='conflict@op/ctl:Kind/a#2' SUITE='` + cleanSuite(dir) + `'`
@@ -154,11 +165,34 @@ func TestRunWithAFakeSuite(t *testing.T) {
 	if err := json.Unmarshal(b, &back); err != nil || len(back.Rows) != 5 || back.Rows[4].Command != wantCmd {
 		t.Errorf("explore.json: %v, %+v", err, back)
 	}
-	// Each point ran on its spec alone, its focus anchored to the spec's full text.
-	focuses, _ := os.ReadFile(filepath.Join(dir, "focuses"))
-	if n := strings.Count(string(focuses), `^fake suite pool "scales" \(2 -> 3\)$`+"\n"); n != 10 {
-		t.Errorf("%d anchored runs, want 10 (5 points, 2 runs each):\n%s", n, focuses)
+	// Each point ran on its spec alone, its focus anchored to the spec's full text, the 10 runs (5 points, 2
+	// runs each) in one process up to the first failing run, the one after it in a second.
+	anchored := func() int {
+		focuses, _ := os.ReadFile(filepath.Join(dir, "focuses"))
+		return strings.Count(string(focuses), `^fake suite pool "scales" \(2 -> 3\)$`+"\n")
 	}
+	if n := anchored(); n != 2 {
+		t.Errorf("%d processes ran the points, want 2 (9 runs up to the failing one, then the last)", n)
+	}
+	// -batch 1 runs each point in a process of its own.
+	out.Reset()
+	before := anchored()
+	c.batch, c.reportDir = 1, filepath.Join(dir, "out-batch1")
+	if x, err = run(context.Background(), c, &out); err != nil || len(x.Rows) != 5 || x.Rows[4].Verdict != Fail {
+		t.Errorf("-batch 1: %v, %+v\n%s", err, x.Rows, out.String())
+	}
+	if n := anchored() - before; n != 10 {
+		t.Errorf("-batch 1: %d processes ran the points, want 10 (5 points, 2 runs each)", n)
+	}
+	c.batch = defaultBatch
+	// A suite that runs a spec once however many runs ENSEMBLE_PERTURB asks for is said in one line.
+	t.Setenv("FAKE_ONCE", "1")
+	out.Reset()
+	c.reportDir = filepath.Join(dir, "out-once")
+	if _, err = run(context.Background(), c, &out); err == nil || !strings.Contains(err.Error(), "hand suite.Runs() to Ginkgo's MustPassRepeatedly") {
+		t.Errorf("a suite that runs a spec once: err = %v, want one that says to hand suite.Runs() to Ginkgo", err)
+	}
+	os.Unsetenv("FAKE_ONCE")
 
 	// -points runs exactly those.
 	out.Reset()
@@ -195,7 +229,7 @@ func TestRunWithAFakeSuite(t *testing.T) {
 // the same order, with the same verdicts.
 func TestShardsMergeIntoTheWholeRun(t *testing.T) {
 	dir, bin := fake(t)
-	c := config{suite: dir, bin: bin, focus: "scales", modes: "conflict,restart", budget: "5", repeat: 1, jobs: 1, timeout: time.Minute}
+	c := config{suite: dir, bin: bin, focus: "scales", modes: "conflict,restart", budget: "5", repeat: 1, jobs: 1, batch: defaultBatch, timeout: time.Minute}
 	rows := func(x Exploration) []string {
 		var out []string
 		for _, r := range x.Rows {
@@ -267,7 +301,7 @@ func TestRunStopsOnABaselineThatCannotServe(t *testing.T) {
 		"broken":  "baseline-1, unperturbed, failed, and a spec that fails unperturbed cannot be judged",
 	} {
 		var out bytes.Buffer
-		_, err := run(context.Background(), config{suite: dir, bin: bin, focus: focus, modes: "conflict", budget: "5", repeat: 1, jobs: 1,
+		_, err := run(context.Background(), config{suite: dir, bin: bin, focus: focus, modes: "conflict", budget: "5", repeat: 1, jobs: 1, batch: defaultBatch,
 			reportDir: filepath.Join(dir, focus), timeout: time.Minute}, &out)
 		if err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("FOCUS=%s: err = %v, want %q", focus, err, want)
@@ -288,7 +322,7 @@ func TestRunRemovesItsTemporaryDirectoryUnlessItFoundSomething(t *testing.T) {
 		m, _ := filepath.Glob(filepath.Join(tmp, "ensemble-*"))
 		return m
 	}
-	c := config{suite: dir, bin: bin, focus: "scales", modes: "conflict", budget: "5", repeat: 1, jobs: 1, timeout: time.Minute,
+	c := config{suite: dir, bin: bin, focus: "scales", modes: "conflict", budget: "5", repeat: 1, jobs: 1, batch: defaultBatch, timeout: time.Minute,
 		points: "conflict@op/ctl:Kind/a#1"}
 	var out bytes.Buffer
 	if x, err := run(context.Background(), c, &out); err != nil || len(x.Rows) != 1 || x.Rows[0].Verdict != Pass {

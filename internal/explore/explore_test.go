@@ -1,4 +1,4 @@
-package main
+package explore
 
 import (
 	"bytes"
@@ -435,7 +435,7 @@ func TestRerunQuotesASpecForTheShellAndMake(t *testing.T) {
 }
 
 func TestCheckRefusesBadInput(t *testing.T) {
-	ok := config{focus: "heals", modes: defaultModes, budget: "40", repeat: 1, jobs: 1, timeout: time.Minute}
+	ok := config{focus: "heals", modes: defaultModes, budget: "40", repeat: 1, jobs: 1, batch: 1, timeout: time.Minute}
 	for _, tc := range []struct {
 		name string
 		edit func(*config)
@@ -461,7 +461,7 @@ func TestCheckRefusesBadInput(t *testing.T) {
 			t.Errorf("%s: err = %v, want one line containing %q", tc.name, err, tc.want)
 		}
 	}
-	if p, err := check(config{focus: "x", modes: "all", budget: "5m", points: "conflict@op#1; restart@op#2", repeat: 1, jobs: 1, timeout: time.Minute}); err != nil ||
+	if p, err := check(config{focus: "x", modes: "all", budget: "5m", points: "conflict@op#1; restart@op#2", repeat: 1, jobs: 1, batch: 1, timeout: time.Minute}); err != nil ||
 		len(p.points) != 2 || p.budget.Time != 5*time.Minute {
 		t.Errorf("check = %+v, %v", p, err)
 	}

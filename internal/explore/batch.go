@@ -1,0 +1,283 @@
+package explore
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/onsi/ginkgo/v2/types"
+
+	"github.com/ensembletest/ensemble/internal/ginkgoreport"
+	"github.com/ensembletest/ensemble/internal/textout"
+	"github.com/ensembletest/ensemble/suite/perturb"
+)
+
+// defaultBatch is -batch's default: how many runs of points of one spec one test process makes. Ten
+// runs make the boot (about 6 s) a small share of a batch of short specs, and a batch that ends early at a
+// failing point costs little.
+const defaultBatch = 10
+
+// item is one run of one point: its row in x.Rows, the point, and which of -repeat's runs it is (from 0).
+type item struct {
+	row int
+	sp  SpecPoint
+	k   int
+}
+
+// batcher hands out batches of items, each of one spec, and assembles the rows from their outcomes.
+type batcher struct {
+	c    config
+	p    plan
+	x    *Exploration
+	todo []SpecPoint
+	smp  *sampler
+	out  io.Writer
+	// desc is the suite's description, for the rerun commands' focus.
+	desc string
+
+	mu sync.Mutex
+	// pending are items a process did not reach (a run before them failed), handed out first.
+	pending []item
+	// ahead is a point drawn for a batch of another spec, handed out next.
+	ahead *SpecPoint
+	// points are each row's point; outs and took are each row's outcomes and run times by repeat; left counts the runs a row still needs.
+	points []SpecPoint
+	outs   [][]Outcome
+	took   [][]Duration
+	left []int
+	// drawn counts the points the sampler handed out (this shard's and the others'); started is when the
+	// points began.
+	drawn   int
+	started time.Time
+	// stop says no new point is taken: -until matched, or the suite cannot run a batch (setupErr).
+	stop     bool
+	setupErr error
+	done     int
+	runTimes []time.Duration
+}
+
+// runPoints runs phase 3: the points, in batches of -batch points of one spec per test process, -j processes
+// at once, -repeat runs each, into x.Rows. It returns every run's time and when the points began. Errors: a
+// suite that runs a spec once when a batch asks for more (it does not hand suite.Runs() to Ginkgo).
+func runPoints(ctx context.Context, c config, r *runner, p plan, x *Exploration, todo []SpecPoint, smp *sampler, desc string, out io.Writer) ([]time.Duration, time.Time, error) {
+	b := &batcher{c: c, p: p, x: x, todo: todo, smp: smp, out: out, desc: desc, started: time.Now()}
+	baseline := strings.Join(x.Baselines, string(os.PathListSeparator))
+	workers(c.jobs, func() ([]item, int, bool) { return b.next(ctx) }, func(batch []item, _ int) {
+		b.run(ctx, r, batch, desc, baseline)
+	})
+	b.finish()
+	return b.runTimes, b.started, b.setupErr
+}
+
+// next hands out the next batch of at most -batch runs: the items no process reached first, then new points
+// of the same spec while the budget lasts (each -repeat times). ok is false when there is nothing left to run.
+func (b *batcher) next(ctx context.Context) (batch []item, _ int, ok bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if ctx.Err() != nil || b.stop {
+		return nil, 0, false
+	}
+	spec := ""
+	rest := b.pending[:0:0]
+	for _, it := range b.pending {
+		if (spec == "" || it.sp.Spec == spec) && len(batch) < b.c.batch {
+			spec = it.sp.Spec
+			batch = append(batch, it)
+			continue
+		}
+		rest = append(rest, it)
+	}
+	b.pending = rest
+	for !b.stop && len(batch) < b.c.batch {
+		sp, ok := b.draw()
+		if !ok {
+			break
+		}
+		if spec != "" && sp.Spec != spec {
+			b.ahead = &sp
+			break
+		}
+		spec = sp.Spec
+		b.x.Rows = append(b.x.Rows, Row{})
+		b.points = append(b.points, sp)
+		b.outs = append(b.outs, make([]Outcome, b.c.repeat))
+		b.took = append(b.took, make([]Duration, b.c.repeat))
+		b.left = append(b.left, b.c.repeat)
+		// The runs past the batch's size wait in pending for the next batch.
+		for k := range b.c.repeat {
+			it := item{row: len(b.x.Rows) - 1, sp: sp, k: k}
+			if len(batch) < b.c.batch {
+				batch = append(batch, it)
+			} else {
+				b.pending = append(b.pending, it)
+			}
+		}
+	}
+	return batch, 0, len(batch) > 0
+}
+
+// draw takes the next new point: the one put aside, todo's in turn, or with a time budget the sampler's
+// while the budget lasts (the first always runs), this shard's only. Called with b.mu held.
+func (b *batcher) draw() (SpecPoint, bool) {
+	if b.ahead != nil {
+		sp := *b.ahead
+		b.ahead = nil
+		return sp, true
+	}
+	if b.smp == nil {
+		if n := len(b.x.Rows); n < len(b.todo) {
+			return b.todo[n], true
+		}
+		return SpecPoint{}, false
+	}
+	if len(b.x.Rows) > 0 && time.Since(b.started) >= b.p.budget.Time {
+		return SpecPoint{}, false
+	}
+	for {
+		sp, ok := b.smp.next()
+		if !ok {
+			return sp, false
+		}
+		sp.Index, b.drawn = b.drawn, b.drawn+1
+		if sp.Index%b.p.of == b.p.shard-1 {
+			return sp, true
+		}
+	}
+}
+
+// run runs one batch in one test process, a point a run (ENSEMBLE_PERTURB's runs), and judges each run it
+// reached; the items after a failing run go back to pending.
+func (b *batcher) run(ctx context.Context, r *runner, batch []item, desc, baseline string) {
+	spec := batch[0].sp.Spec
+	var runs []string
+	for _, it := range batch {
+		runs = append(runs, it.sp.Point.String())
+	}
+	dir := filepath.Join(r.dir, "points", pointDir(batch[0].row, batch[0].sp))
+	start := time.Now()
+	res := r.run(ctx, dir, specFocus(desc, spec), strings.Join(runs, perturb.RunSeparator), baseline)
+	end := time.Now()
+	records, recErr := perturb.ReadRecords(res.records)
+	byRun := map[int][]perturb.Record{}
+	for _, rec := range records {
+		byRun[rec.Run] = append(byRun[rec.Run], rec)
+	}
+	// reached is the run the process ended in: the spec's last attempt in its report, else (no report) the
+	// run after the last one that wrote a record.
+	reached := 0
+	for run := range byRun {
+		reached = max(reached, run)
+	}
+	if res.reportErr == nil {
+		if sr, ok := itReport(res.Reports, spec); ok {
+			reached = sr.NumAttempts
+			if len(batch) > 1 && sr.MaxMustPassRepeatedly != len(batch) && sr.State.Is(types.SpecStatePassed) {
+				b.mu.Lock()
+				b.stop = true
+				b.setupErr = fmt.Errorf("%s ran %q once when %d runs were asked (ENSEMBLE_PERTURB): hand suite.Runs() to Ginkgo's MustPassRepeatedly in the suite's RunSpecs (see suite.Runs), or pass -batch 1 (make's BATCH=1)", cleanSuite(r.suite), spec, len(batch))
+				b.pending = append(b.pending, batch...)
+				b.mu.Unlock()
+				return
+			}
+		}
+	} else if reached < len(batch) {
+		reached++
+	}
+	reached = max(1, min(reached, len(batch)))
+	prev := start
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for j, it := range batch {
+		run := j + 1
+		if run > reached {
+			b.pending = append(b.pending, batch[j:]...)
+			break
+		}
+		var o Outcome
+		switch {
+		case recErr != nil:
+			o = Outcome{Verdict: Error, Failure: recErr.Error(), Difference: recErr.Error()}
+		case run < reached:
+			// An earlier run passed (Ginkgo repeats a spec only while it passes): its record judges it.
+			o = judge(spec, byRun[run], nil, nil)
+		default:
+			o = res.judgeRun(spec, byRun[run])
+		}
+		ended := end
+		if recs := byRun[run]; run < reached && len(recs) > 0 && recs[len(recs)-1].Ended.After(prev) {
+			ended = recs[len(recs)-1].Ended
+		} else if run < reached {
+			ended = prev // no time recorded: the process's time goes to its last run
+		}
+		d := ended.Sub(prev)
+		prev = ended
+		b.outs[it.row][it.k], b.took[it.row][it.k] = o, Duration(d)
+		b.runTimes = append(b.runTimes, d)
+		if b.left[it.row]--; b.left[it.row] == 0 {
+			b.finishRow(it.row, dir)
+		}
+	}
+}
+
+// finishRow makes row i from its runs and prints its line (called with b.mu held).
+func (b *batcher) finishRow(i int, dir string) {
+	sp := b.points[i]
+	row := combine(sp, b.outs[i])
+	row.Took, row.Dir = b.took[i], dir
+	row.Command = rerun(b.c.suite, b.desc, sp.Spec, row.Point)
+	b.x.Rows[i] = row
+	if b.p.until != nil && row.Verdict == Fail && b.p.until.MatchString(row.Failure+"\n"+row.Difference) {
+		b.stop = true
+	}
+	b.done++
+	fmt.Fprintf(b.out, "[%d] %s on %q: %s in %s\n", b.done, row.Point, textout.Cut(sp.Spec, 60), verdictCell(row),
+		time.Duration(row.Took[len(row.Took)-1]).Round(100*time.Millisecond))
+}
+
+// finish leaves out the rows none of whose runs ran (-until stopped, an interrupt, a suite that cannot
+// batch), as if never taken, and gives the rows short of some runs the verdict error for those.
+func (b *batcher) finish() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	why := "interrupted before it ran"
+	if b.setupErr != nil {
+		why = b.setupErr.Error()
+	}
+	var rows []Row
+	for i, n := range b.left {
+		if n == b.c.repeat {
+			continue
+		}
+		if n == 0 {
+			rows = append(rows, b.x.Rows[i])
+			continue
+		}
+		for k := range b.outs[i] {
+			if b.outs[i][k].Verdict == "" {
+				b.outs[i][k] = Outcome{Verdict: Error, Failure: why, Difference: why}
+			}
+		}
+		b.left[i] = 0
+		b.finishRow(i, "")
+		rows = append(rows, b.x.Rows[i])
+	}
+	b.x.Rows = rows
+}
+
+// itReport finds spec's It node in reports.
+func itReport(reports []types.Report, spec string) (types.SpecReport, bool) {
+	for _, rep := range reports {
+		for _, sr := range rep.SpecReports {
+			if sr.LeafNodeType == types.NodeTypeIt && ginkgoreport.Name(sr) == spec {
+				return sr, true
+			}
+		}
+	}
+	return types.SpecReport{}, false
+}
+
