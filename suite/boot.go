@@ -239,10 +239,8 @@ type Suite struct {
 	exploreDir string
 	managers   map[string]*Manager
 	order      []string
-	// bootManagers are the names of Options.Managers, which a run after the first starts afresh.
-	bootManagers []string
-	stopOnce     sync.Once
-	stopErr      error
+	stopOnce   sync.Once
+	stopErr    error
 }
 
 // Manager is a running manager started by Boot or StartManager. A restart point (perturb.Restart) stops
@@ -532,7 +530,6 @@ func Boot(ctx context.Context, opts Options) (*Suite, error) {
 		return nil, err
 	}
 	for _, mo := range opts.Managers {
-		s.bootManagers = append(s.bootManagers, mo.Name)
 		if _, err := s.StartManager(mo); err != nil {
 			_ = s.Stop()
 			return nil, err

@@ -30,7 +30,7 @@ import (
 //
 // Ginkgo ends the repetition at the first run that fails; make explore runs the points after it in a new
 // process. Between two runs of a spec the harness checks that the earlier run left nothing behind and starts
-// every manager Boot started afresh (see docs/architecture.md §3 Many points per process).
+// every manager afresh (see docs/architecture.md §3 Many points per process).
 func Runs() int {
 	runs, err := perturb.ParseRuns(os.Getenv("ENSEMBLE_PERTURB"))
 	if err != nil {
@@ -46,11 +46,14 @@ type specRun struct {
 	n, live int
 	// ended are the cases of the runs that ended since the last isolation check.
 	ended []*Case
+	// managers are the managers running when the spec's first run began: the ones a later run starts afresh,
+	// and the only ones it may find running.
+	managers []string
 }
 
 // beginRun counts a case of spec and returns its run (from 1) and the points ENSEMBLE_PERTURB sets on it:
 // the run's own, or with a single run every case's. When the case begins a second or later run of a
-// sequence, the runs before it are checked for leftovers (isolation) and the Boot managers are started
+// sequence, the runs before it are checked for leftovers (isolation) and the managers running when its first run began are started
 // afresh first. Errors: a run past the sequence's end, a leftover, a manager that could not start again.
 func (s *Suite) beginRun(spec string) (int, []perturb.Point, error) {
 	s.mu.Lock()
@@ -66,6 +69,12 @@ func (s *Suite) beginRun(spec string) (int, []perturb.Point, error) {
 	if fresh {
 		sr.n++
 	}
+	if sr.n == 1 && fresh {
+		for name := range s.managers {
+			sr.managers = append(sr.managers, name)
+		}
+	}
+	managers := sr.managers
 	sr.live++
 	run, ended := sr.n, sr.ended
 	if fresh {
@@ -80,10 +89,10 @@ func (s *Suite) beginRun(spec string) (int, []perturb.Point, error) {
 			"suite.Runs() times (Ginkgo's MustPassRepeatedly), not more", len(s.runs), spec, run)
 	}
 	if fresh && run > 1 {
-		if err := s.isolation(ended); err != nil {
+		if err := s.isolation(ended, managers); err != nil {
 			return run, nil, fmt.Errorf("suite: run %d of %q cannot begin, since run %d left something behind that could reach it: %w", run, spec, run-1, err)
 		}
-		if err := s.freshManagers(); err != nil {
+		if err := s.freshManagers(managers); err != nil {
 			return run, nil, fmt.Errorf("suite: run %d of %q: %w", run, spec, err)
 		}
 	}
@@ -104,10 +113,10 @@ func (s *Suite) endRun(spec string, c *Case) {
 
 // isolation checks that the cases of ended runs left nothing that could reach a later run: no perturbation
 // plan or change trigger of their namespaces, no object a manager's cache holds back for them, no fenced
-// manager still running, no manager running that Boot did not start, no namespace still admitted at the
-// gate, no goroutine the harness started for them, no object in their namespaces and no cluster-scoped
-// object they claimed. Errors: every leftover, one a line.
-func (s *Suite) isolation(cases []*Case) error {
+// manager still running, no manager running but those of managers (the ones running when the first run
+// began), no namespace still admitted at the gate, no goroutine the harness started for them, no object in
+// their namespaces and no cluster-scoped object they claimed. Errors: every leftover, one a line.
+func (s *Suite) isolation(cases []*Case, managers []string) error {
 	var left []string
 	s.mu.Lock()
 	running := make([]*Manager, 0, len(s.managers))
@@ -119,8 +128,8 @@ func (s *Suite) isolation(cases []*Case) error {
 		if p := m.wm.fence.Load(); p != nil {
 			left = append(left, fmt.Sprintf("manager %s is still running fenced by point %s", m.Name, p))
 		}
-		if !slices.Contains(s.bootManagers, m.Name) {
-			left = append(left, fmt.Sprintf("manager %s, which Boot did not start, is still running: stop it in an AfterCleanup", m.Name))
+		if !slices.Contains(managers, m.Name) {
+			left = append(left, fmt.Sprintf("manager %s, started during the run, is still running: stop it in an AfterCleanup", m.Name))
 		}
 	}
 	goroutines := caseGoroutines()
@@ -157,15 +166,15 @@ func (s *Suite) isolation(cases []*Case) error {
 	return errors.New(strings.Join(left, "; "))
 }
 
-// freshManagers stops every running manager Boot started and starts a fresh instance of each from its
-// ManagerOptions, in Boot's order; it returns once their controllers run (a follower's need not). A handle
+// freshManagers stops every running manager of names and starts a fresh instance of each from its
+// ManagerOptions, in the order they first started; it returns once their controllers run (a follower's need not). A handle
 // to a manager follows it to the new instance, as after a restart point. Errors: a manager that does not
 // stop within Options.StopTimeout or does not start again.
-func (s *Suite) freshManagers() error {
+func (s *Suite) freshManagers(names []string) error {
 	s.mu.Lock()
 	var ms []*Manager
-	for _, name := range s.bootManagers {
-		if m := s.managers[name]; m != nil {
+	for _, name := range s.order {
+		if m := s.managers[name]; m != nil && slices.Contains(names, name) {
 			ms = append(ms, m)
 		}
 	}
