@@ -208,9 +208,10 @@ func (s *Suite) freshManagers(names []string) error {
 // caseLabel is the profiler label on the goroutines the harness starts for a case: its namespace.
 const caseLabel = "ensemble.case"
 
-// goCase runs f on a new goroutine labelled with the case namespace ns, which the isolation check counts.
+// goCase runs f on a new goroutine labelled with the case namespace ns, which the isolation check counts. The
+// goroutine is started inside pprof.Do so that it has the label from its creation on, not only once it is scheduled.
 func goCase(ns string, f func()) {
-	go pprof.Do(context.Background(), pprof.Labels(caseLabel, ns), func(context.Context) { f() })
+	pprof.Do(context.Background(), pprof.Labels(caseLabel, ns), func(context.Context) { go f() })
 }
 
 // caseGoroutines counts the running goroutines goCase started, by namespace, from the goroutine profile.

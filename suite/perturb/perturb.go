@@ -388,13 +388,17 @@ func (p Point) validateMode() error {
 
 // ParseRuns reads ENSEMBLE_PERTURB: the runs of each spec in one process, separated by "|", each a list of
 // points in ParseList's form (an empty one is an unperturbed run). "" and a list without "|" are one run;
-// "|" is two unperturbed runs. Errors: ParseList's, naming the run.
+// "|" is two unperturbed runs. Errors: ParseList's, naming the run when there are several.
 func ParseRuns(s string) ([][]Point, error) {
 	var out [][]Point
-	for i, run := range strings.Split(s, RunSeparator) {
+	runs := strings.Split(s, RunSeparator)
+	for i, run := range runs {
 		points, err := ParseList(run)
-		if err != nil {
+		if err != nil && len(runs) > 1 {
 			return nil, fmt.Errorf("run %d: %w", i+1, err)
+		}
+		if err != nil {
+			return nil, err
 		}
 		out = append(out, points)
 	}

@@ -273,3 +273,22 @@ func lines(ds []Difference) []string {
 	}
 	return out
 }
+
+func TestParseRunsSplitsRunsAndNamesTheBadOne(t *testing.T) {
+	runs, err := ParseRuns("conflict@a#1|| throttle@b%2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 3 || len(runs[0]) != 1 || len(runs[1]) != 0 || len(runs[2]) != 1 {
+		t.Fatalf("ParseRuns gave %v, want 3 runs of 1, 0 and 1 points", runs)
+	}
+	if runs, err := ParseRuns(""); err != nil || len(runs) != 1 || len(runs[0]) != 0 {
+		t.Errorf(`ParseRuns("") = %v, %v, want one unperturbed run`, runs, err)
+	}
+	if _, err := ParseRuns("conflict@a"); err == nil || strings.HasPrefix(err.Error(), "run ") {
+		t.Errorf("one run's error = %v, want ParseList's without a run number", err)
+	}
+	if _, err := ParseRuns("conflict@a#1|conflict@a"); err == nil || !strings.HasPrefix(err.Error(), "run 2: ") {
+		t.Errorf("second run's error = %v, want it to start with \"run 2: \"", err)
+	}
+}
