@@ -48,7 +48,7 @@ var (
 
 func TestScenarios(t *testing.T) {
 	RegisterFailHandler(Fail)
-	// suite.Runs lets make explore run several points of a spec in this one process.
+	// suite.Runs lets ensemble explore run several points of a spec in this one process.
 	cfg, rep := GinkgoConfiguration()
 	if n := suite.Runs(); n > 1 {
 		cfg.MustPassRepeatedly = n

@@ -28,7 +28,7 @@ var s *suite.Suite
 // TestClusterAPI runs the Ginkgo suite of cluster-api's core controllers under ensemble.
 func TestClusterAPI(t *testing.T) {
 	RegisterFailHandler(Fail)
-	// suite.Runs lets make explore run several points of a spec in this one process.
+	// suite.Runs lets ensemble explore run several points of a spec in this one process.
 	cfg, rep := GinkgoConfiguration()
 	if n := suite.Runs(); n > 1 {
 		cfg.MustPassRepeatedly = n

@@ -26,7 +26,7 @@ var s *suite.Suite
 // TestKubeRay runs the Ginkgo suite of KubeRay's reconcilers under ensemble.
 func TestKubeRay(t *testing.T) {
 	RegisterFailHandler(Fail)
-	// suite.Runs lets make explore run several points of a spec in this one process.
+	// suite.Runs lets ensemble explore run several points of a spec in this one process.
 	cfg, rep := GinkgoConfiguration()
 	if n := suite.Runs(); n > 1 {
 		cfg.MustPassRepeatedly = n

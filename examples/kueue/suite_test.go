@@ -23,7 +23,7 @@ var s *suite.Suite
 // TestKueue runs the Ginkgo suite of Kueue under ensemble.
 func TestKueue(t *testing.T) {
 	RegisterFailHandler(Fail)
-	// suite.Runs lets make explore run several points of a spec in this one process.
+	// suite.Runs lets ensemble explore run several points of a spec in this one process.
 	cfg, rep := GinkgoConfiguration()
 	if n := suite.Runs(); n > 1 {
 		cfg.MustPassRepeatedly = n
