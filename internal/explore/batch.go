@@ -49,7 +49,7 @@ type batcher struct {
 	points []SpecPoint
 	outs   [][]Outcome
 	took   [][]Duration
-	left []int
+	left   []int
 	// drawn counts the points the sampler handed out (this shard's and the others'); started is when the
 	// points began.
 	drawn   int
@@ -280,4 +280,3 @@ func itReport(reports []types.Report, spec string) (types.SpecReport, bool) {
 	}
 	return types.SpecReport{}, false
 }
-

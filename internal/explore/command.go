@@ -82,8 +82,8 @@ type config struct {
 	suite, focus, modes, budget, points, reportDir string
 	repeat, jobs                                   int
 	// batch is -batch: how many runs of points of one spec one test process makes.
-	batch int
-	timeout, lag                                   time.Duration
+	batch        int
+	timeout, lag time.Duration
 	// until stops taking points once one has failed with a failure it matches ("" never stops).
 	until string
 	// shard is -shard ("i/n", "" for all the points); merge is -merge's explore.json files; from is -from,
