@@ -173,7 +173,7 @@ EXPLORE_JOBS ?= 1
 
 .PHONY: explore
 explore: envtest-assets $(ENSEMBLE) ## Perturb the FOCUS=<spec regexp> specs one point at a time and compare with their unperturbed runs: point | mode | verdict | first difference, a rerun command per failing point (MODES=a,b|all, BUDGET=40|20m, POINTS=, REPEAT=n, SUITE=examples/kuberay, LAG=15s, UNTIL=<regexp> stops at the first point whose failure it matches (. for any), SHARD=i/n runs a part, FROM=dir takes an earlier run's unperturbed runs, BATCH=10 runs per test process, EXPLORE_JOBS=1, REPORT_DIR=dir).
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(ENSEMBLE) explore -suite "$(or $(SUITE),./scenarios)" -focus "$$FOCUS" -j $(EXPLORE_JOBS) -timeout $(SUITE_TIMEOUT) \
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(ENSEMBLE) explore -make -suite "$(or $(SUITE),./scenarios)" -focus "$$FOCUS" -j $(EXPLORE_JOBS) -timeout $(SUITE_TIMEOUT) \
 	  $(if $(MODES),-modes "$$MODES") $(if $(BUDGET),-budget "$(BUDGET)") $(if $(POINTS),-points "$$POINTS") \
 	  $(if $(REPEAT),-repeat "$(REPEAT)") $(if $(BATCH),-batch "$(BATCH)") $(if $(LAG),-lag "$(LAG)") $(if $(UNTIL),-until "$$UNTIL") $(if $(SHARD),-shard "$(SHARD)") $(if $(FROM),-from $(abspath $(FROM))) \
 	  $(if $(REPORT_DIR),-report-dir $(abspath $(REPORT_DIR)))

@@ -229,7 +229,7 @@ func (b *batcher) finishRow(i int, dir string) {
 	sp := b.points[i]
 	row := combine(sp, b.outs[i])
 	row.Took, row.Dir = b.took[i], dir
-	row.Command = rerun(b.c.suite, b.desc, sp.Spec, row.Point)
+	row.Command = rerun(b.c.suite, b.desc, sp.Spec, row.Point, b.c.viaMake)
 	b.x.Rows[i] = row
 	if b.p.until != nil && row.Verdict == Fail && b.p.until.MatchString(row.Failure+"\n"+row.Difference) {
 		b.stop = true

@@ -89,6 +89,8 @@ type config struct {
 	// shard is -shard ("i/n", "" for all the points); merge is -merge's explore.json files; from is -from,
 	// a previous run's directory whose unperturbed runs this one takes instead of running its own.
 	shard, merge, from string
+	// viaMake is -make: rerun commands are written as make explore lines (this repository's Makefile).
+	viaMake bool
 	// bin is a compiled test binary of suite to run instead of compiling one (the tests' fake suite).
 	bin string
 }
@@ -129,6 +131,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.jobs, "j", 1, "test processes at once")
 	fs.StringVar(&c.reportDir, "report-dir", "", "directory of the runs and explore.json (default: a new temporary directory)")
 	fs.DurationVar(&c.timeout, "timeout", 20*time.Minute, "each test process's -test.timeout")
+	fs.BoolVar(&c.viaMake, "make", false, "write each rerun command as a make explore line (FOCUS=, POINTS=, SUITE=), for a Makefile that wraps the command as this repository's does")
 	cmdline.Usage(fs, Synopsis, about)
 	merging := func() bool { return strings.TrimSpace(c.merge) != "" }
 	if code, ok := cmdline.Parsed(fs, args, makeVars, stderr, 2, func() error {
@@ -414,7 +417,7 @@ func choosePoints(p plan, records, second []perturb.Record, x *Exploration, out 
 				textout.Count(len(e.Unstable), "pair", "pairs"), strings.Join(e.Unstable, "; "))
 		}
 		smp = newSampler(e.Points)
-		if p.budget.Points > 0 {
+		if p.budget.Time == 0 {
 			for len(todo) < p.budget.Points {
 				sp, ok := smp.next()
 				if !ok {

@@ -753,21 +753,42 @@ func shellQuote(s string) string {
 }
 
 // defaultSuite is -suite's default, as cleanSuite writes it.
-const defaultSuite = "scenarios"
+const defaultSuite = "."
+
+// makeSuite is the suite make explore runs when SUITE is not given, as cleanSuite writes it.
+const makeSuite = "scenarios"
+
+// goRun is how a module that requires ensemble runs the command.
+const goRun = "go run github.com/ensembletest/ensemble/cmd/ensemble"
 
 // cleanSuite writes a -suite directory as the rerun command names it: relative, without "./" or a trailing
-// slash.
+// slash ("." for the current directory).
 func cleanSuite(dir string) string {
-	return strings.TrimPrefix(strings.TrimSuffix(strings.ReplaceAll(dir, `\`, "/"), "/"), "./")
+	s := strings.TrimPrefix(strings.TrimSuffix(strings.ReplaceAll(dir, `\`, "/"), "/"), "./")
+	if s == "" {
+		return "."
+	}
+	return s
 }
 
 // rerun is the one command that runs exactly point on spec again: its unperturbed baselines, then the point.
-func rerun(suite, desc, spec, point string) string {
-	cmd := "make explore FOCUS=" + shellQuote(specFocus(desc, spec)) + " POINTS=" + shellQuote(point)
-	if s := cleanSuite(suite); s != defaultSuite {
-		cmd += " SUITE=" + shellQuote(s)
+// With viaMake (-make, which this repository's Makefile passes) it is a make explore line (FOCUS, POINTS,
+// SUITE unless the scenarios); else the command as any module runs it (go run ... explore -focus -points,
+// -suite unless ".").
+func rerun(suite, desc, spec, point string, viaMake bool) string {
+	s := cleanSuite(suite)
+	if viaMake {
+		cmd := "make explore FOCUS=" + shellQuote(specFocus(desc, spec)) + " POINTS=" + shellQuote(point)
+		if s != makeSuite {
+			cmd += " SUITE=" + shellQuote(s)
+		}
+		return cmd
 	}
-	return cmd
+	cmd := goRun + " explore"
+	if s != defaultSuite {
+		cmd += " -suite " + shellQuote(s)
+	}
+	return cmd + " -focus " + shellQuote(specFocus(desc, spec)) + " -points " + shellQuote(point)
 }
 
 // Row is one point's line of the result: the point on a spec, its runs (-repeat of them) and their verdict.

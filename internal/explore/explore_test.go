@@ -406,7 +406,7 @@ func TestRerunQuotesASpecForTheShellAndMake(t *testing.T) {
 	const point = "slow(pooler,200ms)@multigres/multigres-shard:Shard/mg-db-tg-0#3"
 	for _, s := range specs {
 		for _, suite := range []string{"./scenarios/", "examples/kuberay"} {
-			cmd := rerun(suite, desc, s, point)
+			cmd := rerun(suite, desc, s, point, true)
 			focus := specFocus(desc, s)
 			re := regexp.MustCompile(focus)
 			if !re.MatchString(desc+" "+s) || re.MatchString(desc+" "+s+" too") || re.MatchString("x"+desc+" "+s) {
@@ -429,8 +429,15 @@ func TestRerunQuotesASpecForTheShellAndMake(t *testing.T) {
 			}
 		}
 	}
-	if got := rerun("scenarios", desc, "a b", "conflict@op#1"); got != `make explore FOCUS='^ensemble scenarios a b$' POINTS='conflict@op#1'` {
+	if got := rerun("scenarios", desc, "a b", "conflict@op#1", true); got != `make explore FOCUS='^ensemble scenarios a b$' POINTS='conflict@op#1'` {
 		t.Errorf("rerun = %s", got)
+	}
+	// Without -make the line is the command any module runs, from where it ran: -suite only when not ".".
+	if got := rerun(".", desc, "a b", "conflict@op#1", false); got != goRun+` explore -focus '^ensemble scenarios a b$' -points 'conflict@op#1'` {
+		t.Errorf("rerun from the suite's directory = %s", got)
+	}
+	if got := rerun("./e2e/", desc, "it's", "conflict@op#1", false); got != goRun+` explore -suite 'e2e' -focus '^ensemble scenarios it'\''s$' -points 'conflict@op#1'` {
+		t.Errorf("rerun of another suite = %s", got)
 	}
 }
 

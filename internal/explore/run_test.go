@@ -141,7 +141,7 @@ func TestRunWithAFakeSuite(t *testing.T) {
 	if f.Difference != "Kind/a status.phase: Ready -> Pending" || !strings.HasSuffix(f.Timeline, "/artifacts/pool-scales-ns-1/timeline.html") || !f.Agree {
 		t.Errorf("the failing row: %+v", f)
 	}
-	wantCmd := `make explore FOCUS='^fake suite pool "scales" \(2 -> 3\)$' POINTS='conflict@op/ctl:Kind/a#2' SUITE='` + cleanSuite(dir) + `'`
+	wantCmd := goRun + ` explore -suite '` + cleanSuite(dir) + `' -focus '^fake suite pool "scales" \(2 -> 3\)$' -points 'conflict@op/ctl:Kind/a#2'`
 	for _, s := range []string{
 		"baseline-1: 1 spec passed", "not explored: 1 record of no spec that ran (a suite node's case, such as a sentinel's), namespaces ns-0",
 		"6 points over 1 spec (modes conflict,restart); the budget of 5 points runs 5",
@@ -222,6 +222,13 @@ func TestRunWithAFakeSuite(t *testing.T) {
 	c.points, c.budget, c.reportDir = "", "1ns", filepath.Join(dir, "out3")
 	if x, err = run(context.Background(), c, &out); err != nil || len(x.Rows) != 1 {
 		t.Errorf("a time budget: %v, %d rows\n%s", err, len(x.Rows), out.String())
+	}
+
+	// A budget of 0 points runs the unperturbed runs alone, the plan shards take with -from.
+	out.Reset()
+	c.budget, c.reportDir = "0", filepath.Join(dir, "out4")
+	if x, err = run(context.Background(), c, &out); err != nil || len(x.Rows) != 0 || x.Existed != 6 {
+		t.Errorf("a budget of 0: %v, %d rows of %d points, want none of 6\n%s", err, len(x.Rows), x.Existed, out.String())
 	}
 }
 
