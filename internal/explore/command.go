@@ -5,7 +5,7 @@
 // Usage (from the module that holds the suite; `make explore` runs this repository's scenarios):
 //
 //	ensemble explore -focus REGEXP [-suite .] [-modes conflict,timeout,...|all] [-budget 40|20m] [-batch 10]
-//	    [-lag 15s] [-until REGEXP] [-points 'POINT ...'] [-shard i/n] [-repeat N] [-j 1] [-report-dir DIR] [-timeout 20m]
+//	    [-lag 15s] [-until REGEXP] [-points 'POINT ...'] [-shard i/n] [-repeat N] [-j 1] [-report-dir DIR] [-timeout 20m] [-make]
 //	ensemble explore -merge 'DIR/explore.json ...' -report-dir DIR
 //
 // It compiles the suite's test binary once (go test -c in the suite's directory, so a suite that is a Go
@@ -34,7 +34,8 @@
 //     the differential oracle's first field, else the failure's first line.
 //
 // It prints the table (point | mode | verdict | first difference), the wall time per point, and for each
-// failing point the timeline the harness wrote and the one command that reruns exactly that point. Every
+// failing point the timeline the harness wrote and the one command that reruns exactly that point (go run
+// ... explore -focus -points, or with -make the make explore line of a Makefile that wraps the command). Every
 // run's directory (records/, artifacts/, suite.json, output.log) and explore.json, the rows whole, are
 // under -report-dir; without it, under a new temporary directory, named in the output, kept when a point
 // failed, erred or disagreed with itself (or a baseline failed) and removed otherwise, or on interrupt.
@@ -96,7 +97,7 @@ type config struct {
 }
 
 // Synopsis is the command's usage line.
-const Synopsis = "ensemble explore -focus REGEXP [-suite DIR] [-modes a,b|all] [-budget 40|20m] [-batch 10] [-lag 15s] [-until REGEXP] [-points 'POINT ...'] [-shard i/n] [-from DIR] [-repeat N] [-j 1] [-report-dir DIR] [-timeout 20m]\n       ensemble explore -merge 'DIR/explore.json ...' -report-dir DIR"
+const Synopsis = "ensemble explore -focus REGEXP [-suite DIR] [-modes a,b|all] [-budget 40|20m] [-batch 10] [-lag 15s] [-until REGEXP] [-points 'POINT ...'] [-shard i/n] [-from DIR] [-repeat N] [-j 1] [-report-dir DIR] [-timeout 20m] [-make]\n       ensemble explore -merge 'DIR/explore.json ...' -report-dir DIR"
 
 // About is what the command does, in one line (ensemble -h lists it).
 const About = "perturb the focused specs one point at a time and compare with their unperturbed runs"
