@@ -631,13 +631,27 @@ func validateManager(m ManagerOptions) error {
 // the middle of a spec) and returns once its cache has synced (its controllers start right after). Errors: an invalid or duplicate name, the
 // Register func's error, a cache that does not sync within Options.StartTimeout.
 func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
+	m, ctx, err := s.launchManager(mo)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.synced(ctx, m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// launchManager is StartManager up to the manager's start: it builds the manager, calls Register and starts
+// the manager on a goroutine, and returns it with the instance's context without waiting on its cache.
+// Errors: StartManager's, but the cache's.
+func (s *Suite) launchManager(mo ManagerOptions) (*Manager, context.Context, error) {
 	if err := validateManager(mo); err != nil {
-		return nil, fmt.Errorf("suite: StartManager: %w", err)
+		return nil, nil, fmt.Errorf("suite: StartManager: %w", err)
 	}
 	s.mu.Lock()
 	if _, dup := s.managers[mo.Name]; dup {
 		s.mu.Unlock()
-		return nil, fmt.Errorf("suite: StartManager: a manager named %q is already running: give the new one another Name", mo.Name)
+		return nil, nil, fmt.Errorf("suite: StartManager: a manager named %q is already running: give the new one another Name", mo.Name)
 	}
 	s.mu.Unlock()
 	cfg := rest.CopyConfig(s.plane.Config)
@@ -679,7 +693,7 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 		Controller:                    controllerConfig(mo.Controller, s.startTimeout),
 	})
 	if err != nil {
-		return nil, fmt.Errorf("suite: manager %s: %w", mo.Name, err)
+		return nil, nil, fmt.Errorf("suite: manager %s: %w", mo.Name, err)
 	}
 	wm := s.newWrappingManager(mgr, mo.Name, mo.Ungated, fence)
 	// The instance's context: Register gets it, the manager runs on it, and stopping the instance cancels it.
@@ -687,14 +701,14 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 	if err := mo.Register(ctx, wm); err != nil {
 		cancel()
 		if wm.err != nil {
-			return nil, wm.err
+			return nil, nil, wm.err
 		}
-		return nil, fmt.Errorf("suite: manager %s: Register: %w", mo.Name, err)
+		return nil, nil, fmt.Errorf("suite: manager %s: Register: %w", mo.Name, err)
 	}
 	if wm.err != nil {
 		// Register went on past a controller the harness refused: still an error, never unrecorded passes.
 		cancel()
-		return nil, wm.err
+		return nil, nil, wm.err
 	}
 	s.hooks.claim(ws)
 	m := &Manager{Name: mo.Name, mgr: mgr, opts: mo, wm: wm, holds: h, stop: cancel, done: make(chan error, 1), s: s}
@@ -705,19 +719,25 @@ func (s *Suite) StartManager(mo ManagerOptions) (*Manager, error) {
 		}
 		m.done <- err
 	}()
+	return m, ctx, nil
+}
+
+// synced waits until the cache of m, launched on ctx, has synced, then counts m among the running managers.
+// Errors: a cache that does not sync within Options.StartTimeout (m is stopped then).
+func (s *Suite) synced(ctx context.Context, m *Manager) error {
 	syncCtx, syncCancel := context.WithTimeout(ctx, s.startTimeout)
 	defer syncCancel()
-	if !mgr.GetCache().WaitForCacheSync(syncCtx) {
+	if !m.mgr.GetCache().WaitForCacheSync(syncCtx) {
 		_ = m.Stop()
-		return nil, fmt.Errorf("suite: manager %s: cache did not sync within %s (are its kinds' CRDs installed?)", mo.Name, s.startTimeout)
+		return fmt.Errorf("suite: manager %s: cache did not sync within %s (are its kinds' CRDs installed?)", m.Name, s.startTimeout)
 	}
 	s.mu.Lock()
-	s.managers[mo.Name] = m
-	if !slices.Contains(s.order, mo.Name) {
-		s.order = append(s.order, mo.Name)
+	s.managers[m.Name] = m
+	if !slices.Contains(s.order, m.Name) {
+		s.order = append(s.order, m.Name)
 	}
 	s.mu.Unlock()
-	return m, nil
+	return nil
 }
 
 // controllerConfig is the manager's controller configuration: c, the operator's, with SkipNameValidation

@@ -304,6 +304,16 @@ func (h *webhooks) claim(w *webhookServer) {
 	}
 }
 
+// serves reports whether manager is the one that serves webhooks; false when none does (h nil included).
+func (h *webhooks) serves(manager string) bool {
+	if h == nil {
+		return false
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.serving != "" && h.serving == manager
+}
+
 // release gives up serving webhooks when manager served them (its owner stopped it).
 func (h *webhooks) release(manager string) {
 	if h == nil {

@@ -27,6 +27,7 @@ import (
 	webhookconversion "sigs.k8s.io/controller-runtime/pkg/webhook/conversion"
 
 	"github.com/ensembletest/ensemble/internal/controlplane"
+	"github.com/ensembletest/ensemble/internal/recordtb"
 	"github.com/ensembletest/ensemble/suite/perturb"
 )
 
@@ -239,6 +240,28 @@ func TestWebhooks(t *testing.T) {
 		g.Expect(admits[1].Err).NotTo(HaveOccurred())
 
 		g.Expect(dumpedWrites(t, s, c)).To(ContainSubstring("op/" + mutatingName + " admit CREATE ConfigMap/" + c.Namespace + "/mutated at /mutate--v1-configmap patch: add /metadata/labels/mutated-by"))
+	})
+
+	// Fresh managers between runs of a spec (explore's batches): the manager serving the webhooks (op, started
+	// after fake) starts first and serves the second run's admissions.
+	t.Run("runs keep the webhooks served", func(t *testing.T) {
+		defer func() { s.runs = [][]perturb.Point{nil} }()
+		s.runs = [][]perturb.Point{nil, nil}
+		p := &recordtb.TB{TestName: "webhook runs", Ginkgo: true}
+		for run := 1; run <= 2; run++ {
+			p.Run(func() {
+				c := s.NewCase(p)
+				c.OptOut(Convergence, "no controller reconciles what this spec writes")
+				cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "mutated", Labels: map[string]string{"webhooktest": "on"}}}
+				if err := c.Create(cm); err != nil || cm.Labels["mutated-by"] != "webhook" {
+					t.Errorf("run %d: create %v, labels %v: want the mutating webhook's label", run, err, cm.Labels)
+				}
+			})
+			p.RunCleanups()
+		}
+		if msg := strings.Join(append(p.Fatals(), p.Errors()...), "\n"); msg != "" {
+			t.Fatalf("two runs: %s", msg)
+		}
 	})
 
 	t.Run("denial", func(t *testing.T) {
