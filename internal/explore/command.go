@@ -372,12 +372,21 @@ func baselines(ctx context.Context, c config, r *runner, x *Exploration, out io.
 		return nil, nil, "", fmt.Errorf("baseline-2: %w", err)
 	}
 	desc = baseRuns[0].description()
-	records, left := ofSpecs(records, baseRuns[0].specs())
+	specs := baseRuns[0].specs()
+	records, left := ofSpecs(records, specs)
 	if len(left) > 0 {
 		fmt.Fprintf(out, "not explored: %s of no spec that ran (a suite node's case, such as a sentinel's), namespaces %s\n",
 			textout.Count(len(left), "record", "records"), strings.Join(left, ", "))
 	}
-	for _, s := range baseRuns[0].specs() {
+	if c.from != "" {
+		// The plan may hold more specs than -focus selects: explore those it selects, as Ginkgo would.
+		if specs, err = focused(c.focus, desc, specs); err != nil {
+			return nil, nil, "", fmt.Errorf("-from (make's FROM) %s: %w", c.from, err)
+		}
+		records, _ = ofSpecs(records, specs)
+		second, _ = ofSpecs(second, specs)
+	}
+	for _, s := range specs {
 		if !hasSpec(records, s) {
 			fmt.Fprintf(out, "not explored: %q wrote no record (it makes no suite.Case)\n", s)
 		}
@@ -387,6 +396,27 @@ func baselines(ctx context.Context, c config, r *runner, x *Exploration, out io.
 	}
 
 	return records, second, desc, nil
+}
+
+// focused keeps the specs of the suite described desc that the Ginkgo focus regexp selects (it matches the
+// description and the spec's full text joined by a space). Errors: a focus that does not compile, or one
+// that selects none of them.
+func focused(focus, desc string, specs []string) ([]string, error) {
+	re, err := regexp.Compile(focus)
+	if err != nil {
+		return nil, fmt.Errorf("-focus %q: %w", focus, err)
+	}
+	var out []string
+	for _, s := range specs {
+		if re.MatchString(desc + " " + s) {
+			out = append(out, s)
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("its unperturbed runs hold %s, and -focus %q selects none of them: pass the -focus the plan was made with, or make a plan with this one (-budget 0)",
+			textout.Count(len(specs), "spec", "specs"), focus)
+	}
+	return out, nil
 }
 
 // choosePoints runs phase 2: the points -points gives, on every spec, or the enumeration of every point over

@@ -518,3 +518,23 @@ func TestEnumerateChangeTriggers(t *testing.T) {
 		t.Error("the sampler must spread a mode on changes apart from the same mode on writes")
 	}
 }
+
+func TestFocusedKeepsTheSpecsGinkgoWouldRun(t *testing.T) {
+	specs := []string{"pool scales 2 -> 3", "cluster becomes Healthy"}
+	for focus, want := range map[string][]string{
+		"Healthy":                     {"cluster becomes Healthy"},
+		"^fake suite pool":            {"pool scales 2 -> 3"},
+		"s":                           specs,
+		`^fake suite (pool|cluster) `: specs,
+	} {
+		if got, err := focused(focus, "fake suite", specs); err != nil || !slices.Equal(got, want) {
+			t.Errorf("focused(%q) = %q, %v; want %q", focus, got, err, want)
+		}
+	}
+	if _, err := focused("^pool", "fake suite", specs); err == nil || !strings.Contains(err.Error(), "selects none of them") {
+		t.Errorf("a focus that selects none: %v", err)
+	}
+	if _, err := focused("(", "fake suite", specs); err == nil {
+		t.Error("a focus that does not compile: no error")
+	}
+}

@@ -266,6 +266,12 @@ func TestShardsMergeIntoTheWholeRun(t *testing.T) {
 	if n := strings.Count(string(focuses), "scales\n"); n != 2 {
 		t.Errorf("%d unperturbed runs, want the whole run's 2 only: the shards take them with -from", n)
 	}
+	// A plan explores only the specs -focus selects; one it selects none of is refused.
+	c.shard, c.focus, c.reportDir = "", "no such spec", filepath.Join(dir, "unfocused")
+	if _, err := run(context.Background(), c, io.Discard); err == nil || !strings.Contains(err.Error(), `-focus "no such spec" selects none of them`) {
+		t.Errorf("-from with a focus the plan's specs do not match: %v", err)
+	}
+	c.focus = "scales"
 	c.from = filepath.Join(dir, "nowhere")
 	if _, err := run(context.Background(), c, io.Discard); err == nil || !strings.Contains(err.Error(), "has no unperturbed run baseline-1") {
 		t.Errorf("-from a directory without unperturbed runs: %v", err)
