@@ -6,6 +6,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -65,13 +66,33 @@ type batcher struct {
 // at once, -repeat runs each, into x.Rows. It returns every run's time and when the points began. Errors: a
 // suite that runs a spec once when a batch asks for more (it does not hand suite.Runs() to Ginkgo).
 func runPoints(ctx context.Context, c config, r *runner, p plan, x *Exploration, todo []SpecPoint, smp *sampler, desc string, out io.Writer) ([]time.Duration, time.Time, error) {
-	b := &batcher{c: c, p: p, x: x, todo: todo, smp: smp, out: out, desc: desc, started: time.Now()}
+	b := &batcher{c: c, p: p, x: x, todo: bySpec(todo), smp: smp, out: out, desc: desc, started: time.Now()}
 	baseline := strings.Join(x.Baselines, string(os.PathListSeparator))
 	workers(c.jobs, func() ([]item, int, bool) { return b.next(ctx) }, func(batch []item, _ int) {
 		b.run(ctx, r, batch, desc, baseline)
 	})
 	b.finish()
 	return b.runTimes, b.started, b.setupErr
+}
+
+// bySpec orders todo's points spec by spec (the specs in the order of their first point, each spec's points
+// in their order), so a batch fills with -batch points of its spec: the sampler spreads a budget over the
+// specs, and in its order every batch of a sweep over many specs held one point and paid a whole boot. The
+// rows keep each point's Index, and finish puts them back in that order.
+func bySpec(todo []SpecPoint) []SpecPoint {
+	var specs []string
+	points := map[string][]SpecPoint{}
+	for _, sp := range todo {
+		if _, ok := points[sp.Spec]; !ok {
+			specs = append(specs, sp.Spec)
+		}
+		points[sp.Spec] = append(points[sp.Spec], sp)
+	}
+	out := make([]SpecPoint, 0, len(todo))
+	for _, s := range specs {
+		out = append(out, points[s]...)
+	}
+	return out
 }
 
 // next hands out the next batch of at most -batch runs: the items no process reached first, then new points
@@ -266,6 +287,7 @@ func (b *batcher) finish() {
 		b.finishRow(i, "")
 		rows = append(rows, b.x.Rows[i])
 	}
+	slices.SortStableFunc(rows, func(a, b Row) int { return a.Index - b.Index })
 	b.x.Rows = rows
 }
 

@@ -2,7 +2,9 @@ package explore
 
 import (
 	"bytes"
+	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -536,5 +538,34 @@ func TestFocusedKeepsTheSpecsGinkgoWouldRun(t *testing.T) {
 	}
 	if _, err := focused("(", "fake suite", specs); err == nil {
 		t.Error("a focus that does not compile: no error")
+	}
+}
+
+// A budget the sampler spread over two specs (a, b, a, b, ...) still fills each batch with one spec's
+// points: one test process boots for up to -batch of them, not for each.
+func TestBatchesFillWithOneSpecsPoints(t *testing.T) {
+	var todo []SpecPoint
+	for k := 1; k <= 3; k++ {
+		for _, spec := range []string{"a", "b"} {
+			todo = append(todo, SpecPoint{Spec: spec, Point: perturb.Point{Mode: perturb.Conflict, Writer: "op", Trigger: perturb.Nth(k)}})
+		}
+	}
+	todo = shardOf(todo, 1, 1)
+	b := &batcher{c: config{batch: 2, repeat: 1}, x: &Exploration{}, todo: bySpec(todo)}
+	var got []string
+	for {
+		batch, _, ok := b.next(context.Background())
+		if !ok {
+			break
+		}
+		var line []string
+		for _, it := range batch {
+			line = append(line, fmt.Sprintf("%s%d@%d", it.sp.Spec, it.sp.Point.Trigger.N, it.sp.Index))
+		}
+		got = append(got, strings.Join(line, " "))
+	}
+	want := []string{"a1@0 a2@2", "a3@4", "b1@1 b2@3", "b3@5"}
+	if !slices.Equal(got, want) {
+		t.Errorf("batches %q, want %q", got, want)
 	}
 }
