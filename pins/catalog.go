@@ -114,8 +114,13 @@ var Default = Catalog{
 		ID:      "MO-CLAIM-STALE-STORE-STATUS",
 		Title:   "a bound claim's status.store is read from a store-cache snapshot older than its own PatchCNStore",
 		Source:  "make explore: under a stale LogSet view a Bound claim's status.store.labels stayed empty while HAKeeper's store had the claim's labels",
-		Default: Live,
+		Default: Fixed,
 		Specs:   []string{"matrixone CNClaim pins MO-CLAIM-STALE-STORE-STATUS: a claim bound right after its pod's admission reports its store without the labels it gave it"},
 		Retire:  "when status.store shows the labels and work state the bind's PatchCNStore set",
+		// Live in the shared manager it was met by chance under load: both unperturbed runs of "a CNPool keeps
+		// in-use + pending + maxIdle pods" in a 500-point explore sweep ended with the labels missing, so the
+		// differential oracle failed 13 of that spec's points whose runs were the correct ones (issue 16's
+		// rule: a live defect is met only where it is meant to be). The pin keeps it live in its own instance.
+		OwnInstanceLive: true,
 	},
 }
