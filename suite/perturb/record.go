@@ -3,6 +3,7 @@ package perturb
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"sort"
@@ -209,7 +210,7 @@ func volatileHere(baselines []map[string]map[string]string, obj, path string) bo
 		return true
 	}
 	first, firstOK := baselines[0][obj][path]
-	if firstOK && timestamp(first) {
+	if firstOK && (timestamp(first) || address(first)) {
 		return true
 	}
 	for _, b := range baselines[1:] {
@@ -235,6 +236,17 @@ func timestamp(v string) bool {
 	}
 	_, err := time.Parse(time.RFC3339, v)
 	return err == nil
+}
+
+// address reports whether v is an IP address, or one with a port ("239.244.0.4:8265"): the kubelet stand-in,
+// the API server and kube-controller-manager hand addresses out in order, so a field that holds one (a pod's,
+// a Service's, KubeRay's status.head.serviceIP) differs between runs that made their objects in another order
+// or after other runs in the same process, whatever its name.
+func address(v string) bool {
+	if host, _, err := net.SplitHostPort(v); err == nil {
+		v = host
+	}
+	return net.ParseIP(v) != nil
 }
 
 // sameFieldNames reports whether every baseline has obj with the same set of field paths.
