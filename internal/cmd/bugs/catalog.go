@@ -41,10 +41,12 @@ type Entry struct {
 }
 
 // Exploration is an entry's explore run: its modes (make explore's MODES) and budget (BUDGET, points or
-// a duration); it stops at the first failing point.
+// a duration); it stops at the first failing point. Batch is explore's -batch, the runs of points one test
+// process makes (0: explore's default).
 type Exploration struct {
 	Modes  string `json:"modes"`
 	Budget string `json:"budget"`
+	Batch  int    `json:"batch,omitempty"`
 }
 
 // entryID matches an entry's Bug.

@@ -37,6 +37,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -200,8 +201,11 @@ func runEntry(ctx context.Context, c config, e Entry, dir string, out io.Writer)
 	focus := regexp.QuoteMeta(e.Spec) + "$"
 	fmt.Fprintf(out, "%s: %s at %s\n", e.Bug, e.Example, e.Buggy)
 	if e.Explore != nil {
-		x, took, err := explore(ctx, c, example, e.Buggy, filepath.Join(dir, "buggy"),
-			"-focus", focus, "-modes", e.Explore.Modes, "-budget", e.Explore.Budget, "-until", e.Expect)
+		args := []string{"-focus", focus, "-modes", e.Explore.Modes, "-budget", e.Explore.Budget, "-until", e.Expect}
+		if e.Explore.Batch > 0 {
+			args = append(args, "-batch", strconv.Itoa(e.Explore.Batch))
+		}
+		x, took, err := explore(ctx, c, example, e.Buggy, filepath.Join(dir, "buggy"), args...)
 		if err != nil {
 			return row, err
 		}
