@@ -711,7 +711,11 @@ func (s *Suite) launchManager(mo ManagerOptions) (*Manager, context.Context, err
 		return nil, nil, wm.err
 	}
 	s.hooks.claim(ws)
-	m := &Manager{Name: mo.Name, mgr: mgr, opts: mo, wm: wm, holds: h, stop: cancel, done: make(chan error, 1), s: s}
+	stop := func() {
+		wm.markStopped()
+		cancel()
+	}
+	m := &Manager{Name: mo.Name, mgr: mgr, opts: mo, wm: wm, holds: h, stop: stop, done: make(chan error, 1), s: s}
 	go func() {
 		err := mgr.Start(ctx)
 		if err != nil && ctx.Err() == nil {

@@ -224,7 +224,8 @@ func (c *Case) RequireQuiescent(window, timeout time.Duration, opts ...QuietOpti
 // Lag to end (outside timeout); the window then counts from that release, so it sees the operators'
 // reaction. Quiet means no watched object changed, no
 // write was attempted (see StateOnly) and no reconcile pass ran for window; then the last pass of every
-// controller key in the namespace must not have ended in an error. Errors: not quiet in time (naming the
+// controller key in the namespace must not have ended in an error (one its manager's stop cut short does not
+// count). Errors: not quiet in time (naming the
 // busiest objects, their field transitions and the writers), a hot loop (see HotLoop; the wait ends at it
 // unless the case opted out), quiet but a last pass failed (naming it), a
 // window that is not positive or longer than timeout, an interrupted run. For a pin whose defect is that

@@ -33,7 +33,8 @@ const (
 	SharedFields Oracle = "shared-fields"
 	// Convergence fails a case whose objects do not stop changing (250 ms without a change and without a
 	// running pass; writes that change nothing, such as a periodic requeue's, do not count) within 10 s of
-	// the spec's end, whose last pass of a controller key ended in an error, or in whose namespace no
+	// the spec's end, whose last pass of a controller key ended in an error (but one cut short by its
+	// manager instance's stop, whose error is that cancellation), or in whose namespace no
 	// controller ever ran a reconcile pass.
 	Convergence Oracle = "convergence"
 	// Differential fails a case run with ENSEMBLE_BASELINE (as make explore runs a perturbed spec) whose end

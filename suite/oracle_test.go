@@ -1,8 +1,11 @@
 package suite
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -10,6 +13,7 @@ import (
 
 	"github.com/ensembletest/ensemble/internal/recordtb"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 )
 
 var errConflictForTest = errors.New("the object has been modified")
@@ -129,5 +133,37 @@ func TestEveryOracleIsDocumented(t *testing.T) {
 		if !strings.Contains(strings.Join(p.Fatals(), "\n"), "suite."+o.ident+" ("+string(o.name)+": ") {
 			t.Errorf("oracle %s: OptOut's error for an unknown oracle does not offer it: %q", o.name, p.Fatals())
 		}
+	}
+}
+
+// TestLastPassErrorsLeaveOutAStoppedInstancesPasses: a restart point on the leader of two instances on one
+// Lease cut its passes short (a refused write, "context canceled"), and the follower that took over reconciles
+// under its own name, so those passes stayed the leader's last and the convergence oracle failed the run. A
+// pass that ended after its instance was stopped is no error of the operator's; one that failed before the
+// stop still is, and so is a failing pass of the manager's next instance.
+func TestLastPassErrorsLeaveOutAStoppedInstancesPasses(t *testing.T) {
+	r := newRecorder(newScheme(), newBroadcast(), newScopes())
+	req := func(name string) ctrl.Request {
+		return ctrl.Request{NamespacedName: types.NamespacedName{Namespace: "ns", Name: name}}
+	}
+	first, next, b := &wrappingManager{}, &wrappingManager{}, &wrappingManager{}
+	cut := r.beginPass("a", "cluster", req("mg"), &first.stopped)
+	failed := r.beginPass("a", "shard", req("mg-0"), &first.stopped)
+	r.endPass(failed, false, errors.New("apply shard: conflict"), 0, 0)
+	first.markStopped()
+	r.endPass(cut, false, fmt.Errorf("apply tablegroup: %w", context.Canceled), 0, 0)
+	// A pass the stopped instance's worker began after the stop still ends by it.
+	late := r.beginPass("a", "tablegroup", req("mg-tg"), &first.stopped)
+	r.endPass(late, false, errors.New("apply shard: manager a was stopped by point restart@a#1"), 0, 0)
+	other := r.beginPass("b", "cluster", req("mg"), &b.stopped)
+	r.endPass(other, false, errors.New("b failed on its own"), 0, 0)
+	again := r.beginPass("a", "pool", req("mg-0"), &next.stopped)
+	r.endPass(again, false, errors.New("a's next instance failed"), 0, 0)
+	var got []string
+	for _, p := range r.lastPassErrors("ns") {
+		got = append(got, p.Manager+"/"+p.Controller)
+	}
+	if want := []string{"a/shard", "b/cluster", "a/pool"}; !slices.Equal(got, want) {
+		t.Errorf("last passes in error %q, want %q: a pass its instance's stop ended is left out, the others are not", got, want)
 	}
 }

@@ -335,6 +335,7 @@ func (s *Suite) restart(pl *plan, manager string, p perturb.Point) {
 	}
 	pl.pending.Add(1)
 	pl.mu.Unlock()
+	m.wm.markStopped()
 	m.wm.fence.Store(&p)
 	go func() {
 		defer pl.pending.Done()

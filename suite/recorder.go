@@ -6,6 +6,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
@@ -178,6 +179,8 @@ type Pass struct {
 
 	// scope is the namespace of the Case the request belongs to (see scopes.ofRequest), "" for none.
 	scope string
+	// instance holds when the manager instance that ran the pass was stopped (nil while it runs).
+	instance *atomic.Pointer[time.Time]
 }
 
 // line renders the pass on one line for reports and dumps.
@@ -265,13 +268,15 @@ func (r *recorder) addWrite(w Write) {
 	r.notify.signal()
 }
 
-func (r *recorder) beginPass(manager, controller string, req ctrl.Request) *Pass {
+// beginPass records the start of a pass of manager's controller for req; instance is the stop time of the
+// manager instance that runs it (nil for none, see wrappingManager.stopped).
+func (r *recorder) beginPass(manager, controller string, req ctrl.Request, instance *atomic.Pointer[time.Time]) *Pass {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	k := passKey{manager, controller, req.NamespacedName}
 	r.perKey[k]++
 	p := &Pass{ID: int64(len(r.passLog) + 1), Manager: manager, Controller: controller, Request: req, N: r.perKey[k], Start: time.Now(),
-		scope: r.scopes.ofRequest(req.NamespacedName)}
+		scope: r.scopes.ofRequest(req.NamespacedName), instance: instance}
 	if prev := r.lastPass[k]; prev != nil {
 		p.Event = r.queued[k].After(prev.Start)
 		p.Requeued = !p.Event && prev.Asked > 0 && prev.Err == nil
@@ -411,18 +416,30 @@ func (r *recorder) allPasses(ns string, since time.Time) []Pass {
 }
 
 // lastPassErrors returns, for every controller key in namespace ns whose latest finished pass returned an
-// error, that pass.
+// error, that pass, unless an instance of its manager was stopped while it ran (see cutByStop).
 func (r *recorder) lastPassErrors(ns string) []Pass {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	var out []Pass
 	for _, p := range r.lastPass {
-		if p.scope == ns && !p.End.IsZero() && p.Err != nil {
+		if p.scope == ns && !p.End.IsZero() && p.Err != nil && !r.cutByStop(p) {
 			out = append(out, *p)
 		}
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
 	return out
+}
+
+// cutByStop reports whether p's manager instance was stopped (or fenced by a restart point) before p
+// ended: its error is then that stop's, a cancelled context or a refused write, not the operator giving up,
+// and the key's next pass, if any, is another instance's (a follower that took over reconciles under its own
+// manager's name). Called with r.mu held.
+func (r *recorder) cutByStop(p *Pass) bool {
+	if p.instance == nil {
+		return false
+	}
+	t := p.instance.Load()
+	return t != nil && !t.After(p.End)
 }
 
 // lastWrite returns the time of the latest write to namespace ns (zero when none), after reading the audit

@@ -362,14 +362,14 @@ func TestAnErrorRetryIsNoRequeue(t *testing.T) {
 	r := newRecorder(newScheme(), newBroadcast(), newScopes())
 	req := ctrl.Request{}
 	req.Namespace, req.Name = "ns", "a"
-	first := r.beginPass("m", "c", req)
+	first := r.beginPass("m", "c", req, nil)
 	r.endPass(first, false, errors.New("boom"), 50*time.Millisecond, 30*time.Second)
-	retry := r.beginPass("m", "c", req)
+	retry := r.beginPass("m", "c", req, nil)
 	if retry.Requeued || retry.Event {
 		t.Fatalf("the retry of a failed pass: Requeued %v, Event %v; want neither", retry.Requeued, retry.Event)
 	}
 	r.endPass(retry, false, nil, 50*time.Millisecond, 30*time.Second)
-	if next := r.beginPass("m", "c", req); !next.Requeued {
+	if next := r.beginPass("m", "c", req, nil); !next.Requeued {
 		t.Fatal("a pass after one that succeeded and asked 30 s: want Requeued")
 	}
 }

@@ -35,6 +35,9 @@ type wrappingManager struct {
 	// fence is set when a restart point stopped this manager instance: its later writes are refused (its
 	// transport reads it).
 	fence *atomic.Pointer[perturb.Point]
+	// stopped is when this instance was stopped or fenced (nil while it runs): a pass that ended after it
+	// ended by the stop (see recorder.cutByStop).
+	stopped atomic.Pointer[time.Time]
 	// workers counts the wrapped controllers whose queue is observed and those whose workers have started
 	// (a worker's first Get from the queue: its sources have synced); see workersRunning.
 	workersMu          sync.Mutex
@@ -123,7 +126,7 @@ func (m *wrappingManager) wrap(r manager.Runnable) (string, bool, error) {
 	}
 	inner := do.Interface().(reconcile.Reconciler)
 	if _, done := inner.(*wrappedReconciler); !done {
-		do.Set(reflect.ValueOf(reconcile.Reconciler(&wrappedReconciler{s: m.s, manager: m.name, controller: name, ungated: m.ungated, inner: inner})))
+		do.Set(reflect.ValueOf(reconcile.Reconciler(&wrappedReconciler{s: m.s, manager: m.name, controller: name, ungated: m.ungated, inner: inner, instance: &m.stopped})))
 		m.observeQueue(v.Elem().FieldByName("NewQueue"), name)
 	}
 	return name, true, nil
@@ -240,6 +243,12 @@ func controllerRuntimeVersion() string {
 	return "(unknown version)"
 }
 
+// markStopped notes the moment the instance is stopped or fenced, the first time only.
+func (m *wrappingManager) markStopped() {
+	now := time.Now()
+	m.stopped.CompareAndSwap(nil, &now)
+}
+
 // wrappedReconciler is what every wrapped controller reconciles with: the gate, pass accounting and
 // requeue compression around the operator's own reconciler.
 type wrappedReconciler struct {
@@ -247,10 +256,12 @@ type wrappedReconciler struct {
 	manager, controller string
 	ungated             bool
 	inner               reconcile.Reconciler
+	// instance is when the manager instance was stopped (wrappingManager.stopped); nil outside one.
+	instance *atomic.Pointer[time.Time]
 }
 
 func (r *wrappedReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, err error) {
-	p := r.s.rec.beginPass(r.manager, r.controller, req)
+	p := r.s.rec.beginPass(r.manager, r.controller, req, r.instance)
 	defer func() {
 		// A panicking reconciler still ends its pass, with the panic as its error; controller-runtime then
 		// handles the panic as it would without the harness.
