@@ -209,6 +209,7 @@ type roundTrip struct {
 func (rt roundTrip) run(c *suite.Case) {
 	GinkgoHelper()
 	a := rt.cluster.DeepCopy().Spec.Databases[0].TableGroups
+	allowElectionOrder(c, suite.Objects{Kind: "Shard"})
 	Expect(c.Create(rt.cluster)).To(Succeed())
 	settleShards(c, rt.cluster.Name, rt.shardsA)
 	before := roundTripSnapshot(c)
