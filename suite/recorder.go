@@ -416,7 +416,7 @@ func (r *recorder) allPasses(ns string, since time.Time) []Pass {
 }
 
 // lastPassErrors returns, for every controller key in namespace ns whose latest finished pass returned an
-// error, that pass, unless an instance of its manager was stopped while it ran (see cutByStop).
+// error, that pass, unless its manager instance was stopped or fenced before it ended (see cutByStop).
 func (r *recorder) lastPassErrors(ns string) []Pass {
 	r.mu.Lock()
 	defer r.mu.Unlock()
