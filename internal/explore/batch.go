@@ -44,8 +44,9 @@ type batcher struct {
 	mu sync.Mutex
 	// pending are items a process did not reach (a run before them failed), handed out first.
 	pending []item
-	// ahead is a point drawn for a batch of another spec, handed out next.
-	ahead *SpecPoint
+	// queued are points drawn while a batch of another spec filled, in the order drawn; the next batches take
+	// them first, a spec at a time.
+	queued []SpecPoint
 	// points are each row's point; outs and took are each row's outcomes and run times by repeat; left counts the runs a row still needs.
 	points []SpecPoint
 	outs   [][]Outcome
@@ -114,49 +115,72 @@ func (b *batcher) next(ctx context.Context) (batch []item, _ int, ok bool) {
 		rest = append(rest, it)
 	}
 	b.pending = rest
+	if spec == "" && len(b.queued) > 0 && !b.timeUp() {
+		spec = b.queued[0].Spec
+	}
+	for i := 0; i < len(b.queued) && len(batch) < b.c.batch && !b.timeUp(); {
+		if sp := b.queued[i]; sp.Spec == spec {
+			b.queued = slices.Delete(b.queued, i, i+1)
+			batch = b.add(batch, sp)
+			continue
+		}
+		i++
+	}
 	for !b.stop && len(batch) < b.c.batch {
 		sp, ok := b.draw()
 		if !ok {
 			break
 		}
 		if spec != "" && sp.Spec != spec {
-			b.ahead = &sp
-			break
+			// With a point budget todo is in spec order, so the next spec's first point ends the batch. The
+			// sampler spreads a time budget over the specs, so its points are drawn ahead (up to a batch for
+			// every spec) while this batch fills.
+			b.queued = append(b.queued, sp)
+			if b.smp == nil || len(b.queued) >= b.c.batch*b.smp.specs() {
+				break
+			}
+			continue
 		}
 		spec = sp.Spec
-		b.x.Rows = append(b.x.Rows, Row{})
-		b.points = append(b.points, sp)
-		b.outs = append(b.outs, make([]Outcome, b.c.repeat))
-		b.took = append(b.took, make([]Duration, b.c.repeat))
-		b.left = append(b.left, b.c.repeat)
-		// The runs past the batch's size wait in pending for the next batch.
-		for k := range b.c.repeat {
-			it := item{row: len(b.x.Rows) - 1, sp: sp, k: k}
-			if len(batch) < b.c.batch {
-				batch = append(batch, it)
-			} else {
-				b.pending = append(b.pending, it)
-			}
-		}
+		batch = b.add(batch, sp)
 	}
 	return batch, 0, len(batch) > 0
 }
 
-// draw takes the next new point: the one put aside, todo's in turn, or with a time budget the sampler's
-// while the budget lasts (the first always runs), this shard's only. Called with b.mu held.
-func (b *batcher) draw() (SpecPoint, bool) {
-	if b.ahead != nil {
-		sp := *b.ahead
-		b.ahead = nil
-		return sp, true
+// add makes sp a row, with -repeat items: those that fit in batch join it, the rest wait in pending. It
+// returns the batch. Called with b.mu held.
+func (b *batcher) add(batch []item, sp SpecPoint) []item {
+	b.x.Rows = append(b.x.Rows, Row{})
+	b.points = append(b.points, sp)
+	b.outs = append(b.outs, make([]Outcome, b.c.repeat))
+	b.took = append(b.took, make([]Duration, b.c.repeat))
+	b.left = append(b.left, b.c.repeat)
+	for k := range b.c.repeat {
+		it := item{row: len(b.x.Rows) - 1, sp: sp, k: k}
+		if len(batch) < b.c.batch {
+			batch = append(batch, it)
+		} else {
+			b.pending = append(b.pending, it)
+		}
 	}
+	return batch
+}
+
+// timeUp says a time budget is spent: no new point starts once one has (the first always runs).
+func (b *batcher) timeUp() bool {
+	return b.smp != nil && len(b.x.Rows) > 0 && time.Since(b.started) >= b.p.budget.Time
+}
+
+// draw takes the next new point: todo's in turn, or with a time budget the sampler's while the budget
+// lasts, this shard's only. Called with b.mu held.
+func (b *batcher) draw() (SpecPoint, bool) {
 	if b.smp == nil {
 		if n := len(b.x.Rows); n < len(b.todo) {
 			return b.todo[n], true
 		}
 		return SpecPoint{}, false
 	}
-	if len(b.x.Rows) > 0 && time.Since(b.started) >= b.p.budget.Time {
+	if b.timeUp() {
 		return SpecPoint{}, false
 	}
 	for {

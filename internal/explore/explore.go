@@ -545,6 +545,11 @@ func (s *sampler) next() (SpecPoint, bool) {
 	return s.points[i], true
 }
 
+// specs is how many specs the points are of.
+func (s *sampler) specs() int {
+	return len(s.uses[0])
+}
+
 // less says point a comes before point b (a strict order: ties end in enumeration order).
 func (s *sampler) less(a, b int) bool {
 	for l := 0; l < nLevels; l++ {

@@ -543,6 +543,44 @@ func TestFocusedKeepsTheSpecsGinkgoWouldRun(t *testing.T) {
 
 // A budget the sampler spread over two specs (a, b, a, b, ...) still fills each batch with one spec's
 // points: one test process boots for up to -batch of them, not for each.
+// With a time budget the sampler hands out the specs' points in turn; the batches still hold one spec's
+// points each, full, and every point is run once.
+func TestTimeBudgetBatchesFillWithOneSpecsPoints(t *testing.T) {
+	var points []SpecPoint
+	for _, spec := range []string{"a", "b", "c"} {
+		for k := 1; k <= 4; k++ {
+			points = append(points, SpecPoint{Spec: spec, Point: perturb.Point{Mode: perturb.Conflict, Writer: "op", Trigger: perturb.Nth(k)}})
+		}
+	}
+	b := &batcher{c: config{batch: 4, repeat: 1}, p: plan{budget: Budget{Time: time.Hour}, shard: 1, of: 1}, x: &Exploration{},
+		smp: newSampler(points), started: time.Now()}
+	seen := map[string]bool{}
+	n := 0
+	for {
+		batch, _, ok := b.next(context.Background())
+		if !ok {
+			break
+		}
+		n++
+		if len(batch) != 4 {
+			t.Errorf("batch %d holds %d runs, want 4", n, len(batch))
+		}
+		for _, it := range batch {
+			if it.sp.Spec != batch[0].sp.Spec {
+				t.Errorf("batch %d mixes specs %s and %s", n, batch[0].sp.Spec, it.sp.Spec)
+			}
+			key := fmt.Sprintf("%s%d", it.sp.Spec, it.sp.Point.Trigger.N)
+			if seen[key] {
+				t.Errorf("point %s handed out twice", key)
+			}
+			seen[key] = true
+		}
+	}
+	if n != 3 || len(seen) != 12 {
+		t.Errorf("%d batches of %d points, want 3 of all 12", n, len(seen))
+	}
+}
+
 func TestBatchesFillWithOneSpecsPoints(t *testing.T) {
 	var todo []SpecPoint
 	for k := 1; k <= 3; k++ {
