@@ -129,7 +129,10 @@ type ManagerOptions struct {
 	// setup.ManagerClientOptions, say: objects read uncached, a default field owner). A default FieldOwner is
 	// recorded as each write's field owner when the write names none. HTTPClient must stay nil: the harness
 	// builds each manager's HTTP client from its own rest config (User-Agent, no gzip, the
-	// bookkeeping of open watches Stop names when the control plane does not stop).
+	// bookkeeping of open watches Stop names when the control plane does not stop). Cache.Reader must stay
+	// nil too: each manager instance (a restart point's and a batch run's fresh ones included) reads through
+	// a copy of Cache whose Reader controller-runtime sets to that instance's cache; Cache itself is left
+	// as given.
 	Client client.Options
 	// Controller is the controller configuration the manager's controllers default to, as the operator's
 	// main sets it (a priority queue, concurrency, a cache sync timeout). The harness overrides two fields:
@@ -621,6 +624,9 @@ func validateManager(m ManagerOptions) error {
 	if m.Client.HTTPClient != nil {
 		return fmt.Errorf("manager %q sets Client.HTTPClient: leave it nil, the harness builds each manager's HTTP client from its rest config (User-Agent, no gzip, open-watch bookkeeping)", m.Name)
 	}
+	if m.Client.Cache != nil && m.Client.Cache.Reader != nil {
+		return fmt.Errorf("manager %q sets Client.Cache.Reader: leave it nil, each manager instance reads through its own cache (a restart point's or a batch run's fresh instance too), which controller-runtime sets", m.Name)
+	}
 	if m.Register == nil {
 		return fmt.Errorf("manager %q has no Register: set it to a func that sets the operator up on the manager it is given, as its main does", m.Name)
 	}
@@ -689,7 +695,7 @@ func (s *Suite) launchManager(mo ManagerOptions) (*Manager, context.Context, err
 		RetryPeriod:                   ptr.To(leaseRetryPeriod),
 		GracefulShutdownTimeout:       ptr.To(s.stopTimeout),
 		WebhookServer:                 ws,
-		Client:                        mo.Client,
+		Client:                        instanceClientOptions(mo.Client),
 		Controller:                    controllerConfig(mo.Controller, s.startTimeout),
 	})
 	if err != nil {
@@ -742,6 +748,20 @@ func (s *Suite) synced(ctx context.Context, m *Manager) error {
 	}
 	s.mu.Unlock()
 	return nil
+}
+
+// instanceClientOptions is o for one manager instance, with a Cache of its own. controller-runtime sets
+// Cache.Reader to the instance's cache in the client options it is handed, through the pointer o.Cache
+// (cluster.New), so options shared by the instances of one ManagerOptions (a restart point's, a batch run's,
+// both started from Manager.opts) had every later instance's client read through the first instance's cache,
+// stopped with it: cluster-api's second run never saw its Cluster, every Get of it NotFound while the fresh
+// cache held it. The copy leaves o.Cache as the operator set it (Reader nil, which validateManager requires).
+func instanceClientOptions(o client.Options) client.Options {
+	if o.Cache != nil {
+		c := *o.Cache
+		o.Cache = &c
+	}
+	return o
 }
 
 // controllerConfig is the manager's controller configuration: c, the operator's, with SkipNameValidation

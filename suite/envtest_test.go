@@ -218,6 +218,7 @@ func TestPlainTestingT(t *testing.T) {
 	t.Run("clientset writes", func(t *testing.T) { testClientsetWrites(t, s) })
 	t.Run("runnable", func(t *testing.T) { testRunnable(t, s) })
 	t.Run("client and controller options", func(t *testing.T) { testManagerClientAndController(t, s) })
+	t.Run("a fresh instance reads through its own cache", func(t *testing.T) { testFreshInstanceReadsItsOwnCache(t, s) })
 
 	if err := s.Stop(); err != nil {
 		t.Fatal(err)
@@ -697,6 +698,54 @@ func testManagerClientAndController(t *testing.T, s *Suite) {
 	}
 	if own, err := OwnershipOf(cm); err != nil || !slices.Contains(own.Owners("data.seen"), "capi-manager") {
 		t.Fatalf("data.seen is owned by %v (%v), want capi-manager: the client options did not reach the manager's client", own.Owners("data.seen"), err)
+	}
+}
+
+// testFreshInstanceReadsItsOwnCache starts a manager whose client options set a cache, as cluster-api's main
+// does (Secrets read uncached), reads a ConfigMap through its client, stops it and starts a fresh instance
+// from the same ManagerOptions, as a restart point and each run of a batch do: the fresh instance's client
+// reads a ConfigMap created after the first instance stopped. controller-runtime sets Client.Cache.Reader
+// in the options it is handed; before each instance got a copy of them, the fresh client read through the
+// stopped instance's cache and never found the ConfigMap (cluster-api's second run never saw its Cluster).
+func testFreshInstanceReadsItsOwnCache(t *testing.T, s *Suite) {
+	c := s.NewCase(t, Unadmitted())
+	c.OptOut(Convergence, "the managers' clients are under test, and no controller of theirs runs")
+	opts := ManagerOptions{Name: "instances", Ungated: true,
+		Cache:    cache.Options{DefaultNamespaces: map[string]cache.Config{c.Namespace: {}}},
+		Client:   client.Options{Cache: &client.CacheOptions{DisableFor: []client.Object{&corev1.Secret{}}}},
+		Register: noop}
+	// read gets ConfigMap name of the case namespace through m's client, as a reconciler reads it.
+	read := func(m *Manager, name string) error {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		return m.mgr.GetClient().Get(ctx, client.ObjectKey{Namespace: c.Namespace, Name: name}, &corev1.ConfigMap{})
+	}
+	first, err := s.StartManager(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "before"}}); err != nil {
+		t.Fatal(err)
+	}
+	NewWithT(t).Eventually(func() error { return read(first, "before") }).WithTimeout(patience).Should(Succeed())
+	if err := first.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if opts.Client.Cache.Reader != nil {
+		t.Errorf("starting a manager set Client.Cache.Reader of its ManagerOptions to %T: the next instance would read through it", opts.Client.Cache.Reader)
+	}
+	fresh, err := s.StartManager(opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.AfterCleanup(func() { _ = fresh.Stop() })
+	if err := c.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after"}}); err != nil {
+		t.Fatal(err)
+	}
+	NewWithT(t).Eventually(func() error { return read(fresh, "after") }).WithTimeout(10*time.Second).Should(Succeed(),
+		"the fresh instance's client does not find a ConfigMap its own cache holds: it reads through another cache")
+	if got, own := fresh.mgr.GetCache(), first.mgr.GetCache(); got == own {
+		t.Fatal("the fresh instance has the stopped instance's cache")
 	}
 }
 

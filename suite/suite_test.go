@@ -160,12 +160,14 @@ func TestBootRejectsBadInput(t *testing.T) {
 		"name with space": {Options{Scheme: newScheme(), Managers: []ManagerOptions{{Name: "my op", Register: noop}}}, `not a plain name`, nil},
 		"duplicate name":  {Options{Scheme: newScheme(), Managers: []ManagerOptions{{Name: "a", Register: noop}, {Name: "a", Register: noop}}}, `both named "a"`, nil},
 		"own HTTP client": {Options{Scheme: newScheme(), Managers: []ManagerOptions{{Name: "a", Register: noop, Client: client.Options{HTTPClient: http.DefaultClient}}}}, `sets Client.HTTPClient: leave it nil`, nil},
-		"no binaries":     {Options{Scheme: newScheme()}, "make envtest-assets", nil},
-		"wrong CRD path":  {Options{Scheme: newScheme(), CRDDirectoryPaths: []string{"operators/nope/config/crd"}}, "does not exist", nil},
-		"nil CRD":         {Options{Scheme: newScheme(), CRDs: []*apiextensionsv1.CustomResourceDefinition{nil}}, "Options.CRDs[0] is nil", nil},
-		"unnamed CRD":     {Options{Scheme: newScheme(), CRDs: []*apiextensionsv1.CustomResourceDefinition{{}}}, "Options.CRDs[0] has no metadata.name", nil},
-		"CRD twice":       {Options{Scheme: newScheme(), CRDs: []*apiextensionsv1.CustomResourceDefinition{gadgetCRD(), gadgetCRD()}}, `Options.CRDs[0] and [1] are both named "gadgets.example.com"`, nil},
-		"bad timeline":    {Options{Scheme: newScheme()}, "ENSEMBLE_TIMELINE=\"[\" is neither 1 nor a regexp", nil},
+		"own cache reader": {Options{Scheme: newScheme(), Managers: []ManagerOptions{{Name: "a", Register: noop,
+			Client: client.Options{Cache: &client.CacheOptions{Reader: someReader{}}}}}}, `sets Client.Cache.Reader: leave it nil`, nil},
+		"no binaries":    {Options{Scheme: newScheme()}, "make envtest-assets", nil},
+		"wrong CRD path": {Options{Scheme: newScheme(), CRDDirectoryPaths: []string{"operators/nope/config/crd"}}, "does not exist", nil},
+		"nil CRD":        {Options{Scheme: newScheme(), CRDs: []*apiextensionsv1.CustomResourceDefinition{nil}}, "Options.CRDs[0] is nil", nil},
+		"unnamed CRD":    {Options{Scheme: newScheme(), CRDs: []*apiextensionsv1.CustomResourceDefinition{{}}}, "Options.CRDs[0] has no metadata.name", nil},
+		"CRD twice":      {Options{Scheme: newScheme(), CRDs: []*apiextensionsv1.CustomResourceDefinition{gadgetCRD(), gadgetCRD()}}, `Options.CRDs[0] and [1] are both named "gadgets.example.com"`, nil},
+		"bad timeline":   {Options{Scheme: newScheme()}, "ENSEMBLE_TIMELINE=\"[\" is neither 1 nor a regexp", nil},
 		"bad point": {Options{Scheme: newScheme()}, `ENSEMBLE_PERTURB: perturb: point "conflict@a": no trigger`,
 			map[string]string{"ENSEMBLE_PERTURB": "conflict@a"}},
 		"empty baseline":           {Options{Scheme: newScheme()}, "ENSEMBLE_BASELINE: no case record (*.json) in", map[string]string{"ENSEMBLE_BASELINE": os.TempDir() + "/ensemble-no-such-baseline"}},
@@ -197,6 +199,9 @@ func TestBootRejectsBadInput(t *testing.T) {
 		})
 	}
 }
+
+// someReader is a client.Reader an operator might hand as Client.Cache.Reader, for the validation tests.
+type someReader struct{ client.Reader }
 
 // down and slow are External funcs that do nothing, for the validation tests.
 func down(string, bool)          {}
