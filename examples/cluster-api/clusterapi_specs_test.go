@@ -25,6 +25,7 @@ import (
 
 	clusterapi "github.com/ensembletest/ensemble/examples/cluster-api"
 	"github.com/ensembletest/ensemble/suite"
+	"github.com/ensembletest/ensemble/suite/perturb"
 )
 
 // bootstrapSecret is the bootstrap data every Machine names in spec.bootstrap.dataSecretName; no bootstrap
@@ -417,6 +418,18 @@ var _ = Describe("cluster-api", func() {
 			AddReportEntry(k+": deletes by", writers(c, suite.WriteFilter{Kind: kind, Name: name, Verb: suite.VerbDelete, IncludeRejected: true}), ReportEntryVisibilityAlways)
 			AddReportEntry(k+": field writers", fieldWriters(c, kind, name), ReportEntryVisibilityAlways)
 		}
+		finish(c)
+	})
+
+	It("a fresh instance of the capi manager provisions the Cluster the stopped one began", func() {
+		c := s.NewCase(GinkgoT())
+		// A restart point starts the fresh instance from the ManagerOptions Boot got, as each run of an explore
+		// batch does (ENSEMBLE_PERTURB='|'): its client must read through its own cache. Before ensemble gave
+		// each instance its own copy of the client options, it read through the stopped instance's, and the
+		// second run of any spec never got its Cluster Provisioned.
+		restart := perturb.Point{Mode: perturb.Restart, Writer: clusterapi.ManagerName + "/cluster", Trigger: perturb.Nth(1)}
+		c.Perturb(restart)
+		provisionCluster(c, "restarted")
 		finish(c)
 	})
 })
