@@ -476,6 +476,25 @@ func (c *Case) leftovers() []client.Object {
 	return append(out, c.claimedLeftovers(ctx)...)
 }
 
+// settledLeftovers is leftovers, after waiting for them to go when kube-controller-manager's namespace
+// controller deletes the case's namespace. An object a controller created just after the cleanup emptied
+// the namespace (kube-controller-manager's ReplicaSet controller, not yet aware that the cleanup deleted
+// its ReplicaSet, replacing the pods the cleanup deleted) landed in the namespace as it was handed over, and
+// the namespace controller deletes it with the namespace. It waits at most namespaceGoneBound, the time a
+// case namespace is given to go, waking on the namespace's changes and at least once a second.
+func (c *Case) settledLeftovers() []client.Object {
+	ctx, cancel := context.WithTimeout(context.Background(), namespaceGoneBound)
+	defer cancel()
+	for {
+		seen := c.s.stream.lastSeq()
+		left := c.leftovers()
+		if len(left) == 0 || !c.s.namespaceController || ctx.Err() != nil {
+			return left
+		}
+		c.awaitChange(ctx, seen, time.Second)
+	}
+}
+
 // claimedLeftovers reads from the API server the cluster-scoped objects the case claimed that still exist.
 func (c *Case) claimedLeftovers(ctx context.Context) []client.Object {
 	var out []client.Object

@@ -14,6 +14,7 @@ import (
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -409,6 +410,33 @@ func testRuns(t *testing.T, s *Suite) {
 		p.RunCleanups()
 		if got := strings.Join(p.Fatals(), "\n"); !strings.Contains(got, "gives 2 runs") {
 			t.Errorf("a third run of a sequence of two failed with %q, want one that says it gives 2 runs", got)
+		}
+	})
+
+	t.Run("what the namespace controller deletes after the cleanup is no leftover", func(t *testing.T) {
+		p := &recordtb.TB{TestName: "a late object", Ginkgo: true}
+		var late []string
+		p.Run(func() {
+			c := s.NewCase(p)
+			c.OptOut(Convergence, "the runs' bookkeeping is under test, not an operator")
+			cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: "late"}}
+			if err := s.Client.Create(t.Context(), cm); err != nil {
+				t.Errorf("creating ConfigMap/late: %v", err)
+				return
+			}
+			// What a controller's create just after the cleanup emptied the namespace leaves: an object in a
+			// namespace handed to the namespace controller.
+			s.deleteNamespace(c.Namespace, p.Name())
+			for _, o := range c.settledLeftovers() {
+				late = append(late, o.GetName())
+			}
+		})
+		p.RunCleanups()
+		if len(late) > 0 {
+			t.Errorf("leftovers %v in a namespace the namespace controller deletes, want none once it has", late)
+		}
+		if msg := strings.Join(append(p.Fatals(), p.Errors()...), "\n"); msg != "" {
+			t.Errorf("the case: %s", msg)
 		}
 	})
 

@@ -116,7 +116,8 @@ func (s *Suite) endRun(spec string, c *Case) {
 // plan or change trigger of their namespaces, no object a manager's cache holds back for them, no fenced
 // manager still running, no manager running but those of managers (the ones running when the first run
 // began), no namespace still admitted at the gate, no goroutine the harness started for them, no object in
-// their namespaces and no cluster-scoped object they claimed. Errors: every leftover, one a line.
+// their namespaces (once the namespace controller, when it runs, had namespaceGoneBound to delete what came
+// after the cleanup) and no cluster-scoped object they claimed. Errors: every leftover, one a line.
 func (s *Suite) isolation(cases []*Case, managers []string) error {
 	var left []string
 	s.mu.Lock()
@@ -157,7 +158,7 @@ func (s *Suite) isolation(cases []*Case, managers []string) error {
 		if n := goroutines[ns]; n > 0 {
 			left = append(left, fmt.Sprintf("%d goroutines the harness started for namespace %s are still running", n, ns))
 		}
-		for _, o := range c.leftovers() {
+		for _, o := range c.settledLeftovers() {
 			left = append(left, fmt.Sprintf("%s/%s is still in namespace %s", o.GetObjectKind().GroupVersionKind().Kind, o.GetName(), ns))
 		}
 	}
