@@ -52,8 +52,8 @@ type batcher struct {
 	outs   [][]Outcome
 	took   [][]Duration
 	left   []int
-	// drawn counts the points the sampler handed out (this shard's and the others'); started is when the
-	// points began.
+	// drawn counts the points handed out: the sampler's (this shard's and the others'), or todo's;
+	// started is when the points began.
 	drawn   int
 	started time.Time
 	// stop says no new point is taken: -until matched, or the suite cannot run a batch (setupErr).
@@ -175,8 +175,12 @@ func (b *batcher) timeUp() bool {
 // lasts, this shard's only. Called with b.mu held.
 func (b *batcher) draw() (SpecPoint, bool) {
 	if b.smp == nil {
-		if n := len(b.x.Rows); n < len(b.todo) {
-			return b.todo[n], true
+		// Counted apart from the rows: a point drawn for the next spec waits in queued, not in a row, and
+		// a batch that ends early puts its rest in pending and draws again before the queued point has a
+		// row. Counted by rows, that draw handed the queued point out again and a later draw skipped one.
+		if b.drawn < len(b.todo) {
+			b.drawn++
+			return b.todo[b.drawn-1], true
 		}
 		return SpecPoint{}, false
 	}
