@@ -740,6 +740,14 @@ func (res runResult) baselineError(name, focus, suite string) error {
 		return fmt.Errorf("%s: %w", name, res.reportErr)
 	}
 	if res.ran() == 0 {
+		for _, rep := range res.Reports {
+			for _, sr := range rep.SpecReports {
+				if sr.LeafNodeType != types.NodeTypeIt && sr.Failed() {
+					return fmt.Errorf("%s: the suite's %s failed, so no spec ran: %s (its output: %s)", name, sr.LeafNodeType,
+						firstLine(sr.Failure.Message), filepath.Join(res.dir, "output.log"))
+				}
+			}
+		}
 		return fmt.Errorf("FOCUS=%q selects no spec of %s: check it against the specs' full texts (%s)", focus, suite, filepath.Join(res.dir, "output.log"))
 	}
 	var bad []string

@@ -34,6 +34,7 @@ echo "$focus" >>"$FAKE/focuses"
 case "$focus" in
   nothing) cp "$FAKE/empty.json" "$report"; exit 1 ;;
   broken) cp "$FAKE/broken.json" "$report"; exit 1 ;;
+  setup) cp "$FAKE/setup.json" "$report"; exit 1 ;;
 esac
 # ENSEMBLE_PERTURB's runs, separated by |: a run a point, as the harness runs them (suite.Runs), ending at
 # the first failing run as Ginkgo's MustPassRepeatedly does. FAKE_ONCE plays a suite that runs a spec once.
@@ -105,6 +106,9 @@ func fake(t *testing.T) (dir, bin string) {
 	writeJSON(t, filepath.Join(dir, "report-fail.json"), []types.Report{{SuiteDescription: "fake suite", SpecReports: []types.SpecReport{bad}}})
 	bad.Failure.Message = "Expected Ready\nmore"
 	writeJSON(t, filepath.Join(dir, "broken.json"), []types.Report{{SuiteDescription: "fake suite", SpecReports: []types.SpecReport{bad}}})
+	setup := types.SpecReport{LeafNodeType: types.NodeTypeBeforeSuite, State: types.SpecStateFailed,
+		Failure: types.Failure{Message: "kube-apiserver did not come up within 1m0s\nmore"}}
+	writeJSON(t, filepath.Join(dir, "setup.json"), []types.Report{{SuiteDescription: "fake suite", SpecReports: []types.SpecReport{setup}}})
 	writeJSON(t, filepath.Join(dir, "empty.json"), []types.Report{{SuiteDescription: "fake suite", SpecialSuiteFailureReasons: []string{"Found no specs"}}})
 	return dir, bin
 }
@@ -312,6 +316,7 @@ func TestRunStopsOnABaselineThatCannotServe(t *testing.T) {
 	for focus, want := range map[string]string{
 		"nothing": `FOCUS="nothing" selects no spec of`,
 		"broken":  "baseline-1, unperturbed, failed, and a spec that fails unperturbed cannot be judged",
+		"setup":   "the suite's BeforeSuite failed, so no spec ran: kube-apiserver did not come up within 1m0s (its output: ",
 	} {
 		var out bytes.Buffer
 		_, err := run(context.Background(), config{suite: dir, bin: bin, focus: focus, modes: "conflict", budget: "5", repeat: 1, jobs: 1, batch: defaultBatch,
