@@ -385,6 +385,13 @@ var _ = Describe("kuberay", func() {
 
 	It("a RayService becomes Ready from the endpoints the real endpoints and endpointslice controllers fill in", func() {
 		c, instance := fakeRayCase(rayv1.JobStatusSucceeded, "hello")
+		// Found by explore at v1.4.0 (kubelet faults: the RayCluster ended the same, the RayService's copy of
+		// its status one step behind, 1 run in 6 when rerun) and read in KubeRay's code: by design, not a bug.
+		c.AllowDifference(suite.Objects{Kind: "RayService"}, "status.activeServiceStatus.rayClusterStatus",
+			"KubeRay writes a RayService's status only when its own fields change, and its copy of the RayCluster's status "+
+				"is not one of them (\"The RayClusterStatus field is only for observability in RayService CR, and changes "+
+				"to it will not trigger the status update\", v1.4.0 rayservice_controller.go, v1.5.0 utils/consistency.go): "+
+				"the copy ends as of the RayService's last write, which timing decides")
 		svc := rayService("serve", "hello")
 		Expect(c.Create(svc)).To(Succeed())
 		eventually(func(g Gomega) {
