@@ -23,11 +23,13 @@ import (
 // failing point costs little.
 const defaultBatch = 10
 
-// item is one run of one point: its row in x.Rows, the point, and which of -repeat's runs it is (from 0).
+// item is one run of one point: its row in x.Rows, the point, and which of -repeat's runs it is (from 0);
+// retried says a process already failed its suite set-up before the run began.
 type item struct {
-	row int
-	sp  SpecPoint
-	k   int
+	row     int
+	sp      SpecPoint
+	k       int
+	retried bool
 }
 
 // batcher hands out batches of items, each of one spec, and assembles the rows from their outcomes.
@@ -211,6 +213,18 @@ func (b *batcher) run(ctx context.Context, r *runner, batch []item, desc, baseli
 	start := time.Now()
 	res := r.run(ctx, dir, specFocus(desc, spec), strings.Join(runs, perturb.RunSeparator), baseline)
 	end := time.Now()
+	// A suite set-up that failed (a kube-apiserver that did not come up on a busy machine) says nothing of
+	// the points: their runs go to another process once, and are judged "error" only if that fails too.
+	if why := res.setupFailure(spec); why != "" && !batch[0].retried {
+		b.mu.Lock()
+		for _, it := range batch {
+			it.retried = true
+			b.pending = append(b.pending, it)
+		}
+		b.mu.Unlock()
+		fmt.Fprintf(b.out, "a test process failed its suite set-up before its spec ran (%s); its %d runs go to another process\n", why, len(batch))
+		return
+	}
 	records, recErr := perturb.ReadRecords(res.records)
 	byRun := map[int][]perturb.Record{}
 	for _, rec := range records {

@@ -708,6 +708,22 @@ func (r *runner) run(ctx context.Context, dir, focus, points, baseline string) r
 	return res
 }
 
+// setupFailure is the first line of the failure of a suite node that ran before spec (a BeforeSuite)
+// when spec itself never began; "" otherwise.
+func (res runResult) setupFailure(spec string) string {
+	if sr, ok := itReport(res.Reports, spec); ok && !sr.State.Is(types.SpecStateSkipped) {
+		return ""
+	}
+	for _, rep := range res.Reports {
+		for _, sr := range rep.SpecReports {
+			if sr.LeafNodeType.Is(types.NodeTypeBeforeSuite|types.NodeTypeSynchronizedBeforeSuite) && sr.Failed() {
+				return sr.LeafNodeType.String() + ": " + firstLine(sr.Failure.Message)
+			}
+		}
+	}
+	return ""
+}
+
 // ran counts the It specs that ran.
 func (res runResult) ran() int {
 	return len(res.specs())

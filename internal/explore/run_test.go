@@ -36,6 +36,10 @@ case "$focus" in
   broken) cp "$FAKE/broken.json" "$report"; exit 1 ;;
   setup) cp "$FAKE/setup.json" "$report"; exit 1 ;;
 esac
+# FAKE_SETUP_ONCE plays a BeforeSuite that fails in the first process that runs points.
+if [[ -n "${FAKE_SETUP_ONCE:-}" && -n "$ENSEMBLE_PERTURB" && ! -e "$FAKE/setup-failed" ]]; then
+  touch "$FAKE/setup-failed"; cp "$FAKE/setup.json" "$report"; exit 1
+fi
 # ENSEMBLE_PERTURB's runs, separated by |: a run a point, as the harness runs them (suite.Runs), ending at
 # the first failing run as Ginkgo's MustPassRepeatedly does. FAKE_ONCE plays a suite that runs a spec once.
 IFS='|' read -ra runs <<<"$ENSEMBLE_PERTURB|"
@@ -205,6 +209,16 @@ func TestRunWithAFakeSuite(t *testing.T) {
 	if err != nil || len(x.Rows) != 1 || x.Rows[0].Verdict != Fail {
 		t.Errorf("-points: %v, %+v\n%s", err, x.Rows, out.String())
 	}
+
+	// A process whose suite set-up fails before the spec began gives its points to another, once.
+	t.Setenv("FAKE_SETUP_ONCE", "1")
+	out.Reset()
+	c.reportDir = filepath.Join(dir, "out-setup")
+	x, err = run(context.Background(), c, &out)
+	if err != nil || len(x.Rows) != 1 || x.Rows[0].Verdict != Fail || !strings.Contains(out.String(), "failed its suite set-up before its spec ran (BeforeSuite: kube-apiserver") {
+		t.Errorf("a failed set-up: %v, %+v, want the point judged in a second process\n%s", err, x.Rows, out.String())
+	}
+	os.Unsetenv("FAKE_SETUP_ONCE")
 
 	// -until stops after the first point that fails as it says: the budget of 6 would run a sixth. A failure
 	// it does not match does not stop it.
