@@ -73,17 +73,42 @@ func running(pid int) bool {
 }
 
 // ChildControlPlanes lists the kube-apiserver, etcd and kube-controller-manager processes whose parent is
-// this process. It reads one file per process (Start calls it every 10 ms while envtest starts).
+// this process. Start calls it every 10 ms while envtest starts, so it reads the kernel's list of each of
+// this process's threads' children (a few files) and one stat file per child, not every process's stat file
+// (a scan of /proc, done only where the kernel has no children lists).
 func ChildControlPlanes() []int {
+	var out []int
+	for _, pid := range childPids() {
+		if st, ok := readStat(pid); ok && st.ppid == os.Getpid() && st.isRunningPlane() {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// childPids lists this process's children from /proc/self/task/<tid>/children, every thread's list since a
+// child is listed under the thread that started it; without those files (a kernel built without
+// CONFIG_PROC_CHILDREN) it lists every pid in /proc, for the caller to check each one's parent.
+func childPids() []int {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err == nil && len(tasks) > 0 {
+		if _, err = os.Stat(filepath.Join("/proc/self/task", tasks[0].Name(), "children")); err == nil {
+			var out []int
+			for _, t := range tasks {
+				b, _ := os.ReadFile(filepath.Join("/proc/self/task", t.Name(), "children"))
+				for _, f := range strings.Fields(string(b)) {
+					if pid, err := strconv.Atoi(f); err == nil {
+						out = append(out, pid)
+					}
+				}
+			}
+			return out
+		}
+	}
 	entries, _ := os.ReadDir("/proc")
-	me := os.Getpid()
 	var out []int
 	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		if st, ok := readStat(pid); ok && st.ppid == me && st.isRunningPlane() {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
 			out = append(out, pid)
 		}
 	}
