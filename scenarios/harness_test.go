@@ -9,6 +9,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -109,6 +110,31 @@ var _ = Describe("harness", Label("harness"), func() {
 		Expect(len(binds)).To(BeNumerically(">=", 2), "the refused binding and its retry")
 		Expect(binds[0].Err).To(MatchError(ContainSubstring("injected by point conflict@dataplane/dataplane-kubelet:Pod/solo#1")))
 		Expect(binds[len(binds)-1].Err).NotTo(HaveOccurred())
+	})
+
+	It("the kubelet stand-in retries a pod deletion a perturbation point refused: the pod goes", func() {
+		c := s.NewCase(GinkgoT())
+		const hold = "ensemble.test/hold"
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "held", Finalizers: []string{hold}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "busybox"}}}}
+		Expect(c.Create(pod)).To(Succeed())
+		phase := func() corev1.PodPhase {
+			p := &corev1.Pod{}
+			_ = c.Get("held", p)
+			return p.Status.Phase
+		}
+		Eventually(phase).WithTimeout(harnessPatience).Should(Equal(corev1.PodRunning))
+		// Deleted with its finalizer on, the pod is terminated and kept; the kubelet's next write to it is the
+		// delete (grace period 0) once the finalizer goes, and the point refuses that one.
+		Expect(c.Delete(pod)).To(Succeed())
+		Eventually(phase).WithTimeout(harnessPatience).Should(Equal(corev1.PodSucceeded))
+		c.Perturb(perturb.Point{Mode: perturb.Conflict, Writer: "dataplane/dataplane-kubelet", Object: "Pod/held", Trigger: perturb.Nth(1)})
+		Expect(c.Update("held", pod, func() { pod.Finalizers = nil })).To(Succeed())
+		Eventually(func() bool { return apierrors.IsNotFound(c.Get("held", &corev1.Pod{})) }).
+			WithTimeout(harnessPatience).Should(BeTrue(), "the pod is still there, terminating, after its refused delete")
+		deletes := c.Writes(suite.WriteFilter{Manager: "dataplane", Controller: "dataplane-kubelet", Name: "held", Verb: suite.VerbDelete, IncludeRejected: true})
+		Expect(len(deletes)).To(BeNumerically(">=", 2), "the refused delete and its retry")
+		Expect(deletes[0].Err).To(MatchError(ContainSubstring("injected by point conflict@dataplane/dataplane-kubelet:Pod/held#1")))
 	})
 
 	It("attributes the looper's writes to its controller and pass, under the builder's name", func() {

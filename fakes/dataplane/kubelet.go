@@ -300,8 +300,11 @@ func (k *kubelet) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 		}
 	}
 	if remove {
-		// NotFound: gone already; Conflict: the UID precondition failed, another incarnation's events come.
-		if err := k.remove(ctx, pod); err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+		// NotFound: gone already. Any other error is retried, a Conflict included, as a real kubelet's status
+		// manager retries its delete: a Conflict from the UID precondition means another incarnation holds the
+		// name, which the retry's pass sees, but a Conflict for another cause (a perturbation point's, say)
+		// leaves this pod terminating with nobody left to delete it.
+		if err := k.remove(ctx, pod); err != nil && !apierrors.IsNotFound(err) {
 			k.unmark(req.NamespacedName, st, func(st *podState) { st.removed = false })
 			return reconcile.Result{}, err
 		}
