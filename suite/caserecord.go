@@ -14,18 +14,28 @@ import (
 	"github.com/ensembletest/ensemble/suite/perturb"
 )
 
-// perturbationEnv reads the three variables make explore drives a run with: ENSEMBLE_PERTURB (the runs of
+// perturbationEnv reads the variables make explore and make mutate drive a run with: ENSEMBLE_PERTURB (the runs of
 // each spec and the points set on each run's case, perturb.ParseRuns's form), ENSEMBLE_BASELINE (directories of unperturbed runs' records,
-// separated by the OS path list separator, for the differential oracle) and ENSEMBLE_EXPLORE (the
-// directory each case writes its record to). A point's writer is not checked against the managers here: a
+// separated by the OS path list separator, for the differential oracle), ENSEMBLE_EXPLORE (the
+// directory each case writes its record to) and ENSEMBLE_MUTANTS for its count of runs (mutant.Env, make
+// mutate's: a mutant a run, each unperturbed). A point's writer is not checked against the managers here: a
 // spec may start the instance it names (Suite.StartManager). A point that never fires is "not reached" in make
 // explore's table; one whose writer names nothing that exists at the case's cleanup fails the case (see
-// Case.reportPoints). Errors: a point that does not parse or names an external system the suite lacks, a baseline directory that cannot be read or holds no record, a record that does
+// Case.reportPoints). Errors: the two variables asking for different counts of runs, a point that does not parse or names an external system the suite lacks, a baseline directory that cannot be read or holds no record, a record that does
 // not parse, an explore directory that cannot be made.
 func (s *Suite) perturbationEnv() error {
 	runs, err := perturb.ParseRuns(os.Getenv("ENSEMBLE_PERTURB"))
 	if err != nil {
 		return fmt.Errorf("suite: ENSEMBLE_PERTURB: %w", err)
+	}
+	n, err := runCount()
+	if err != nil {
+		return err
+	}
+	// ENSEMBLE_MUTANTS may ask for more runs than ENSEMBLE_PERTURB's one (make mutate sets no point): each
+	// run gets that one's points.
+	for len(runs) < n {
+		runs = append(runs, runs[0])
 	}
 	for _, points := range runs {
 		for _, p := range points {

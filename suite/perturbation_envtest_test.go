@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/ensembletest/ensemble/internal/recordtb"
+	"github.com/ensembletest/ensemble/suite/mutant"
 	"github.com/ensembletest/ensemble/suite/perturb"
 )
 
@@ -437,6 +438,45 @@ func testRuns(t *testing.T, s *Suite) {
 		}
 		if msg := strings.Join(append(p.Fatals(), p.Errors()...), "\n"); msg != "" {
 			t.Errorf("the case: %s", msg)
+		}
+	})
+
+	t.Run("each run its mutant", func(t *testing.T) {
+		// make mutate's runs: ENSEMBLE_MUTANTS alone asks for them, and each makes its mutant active.
+		t.Setenv(mutant.Env, "7|9")
+		defer mutant.Activate(0)
+		if n := Runs(); n != 2 {
+			t.Fatalf("Runs() is %d under %s=7|9, want 2", n, mutant.Env)
+		}
+		if err := s.perturbationEnv(); err != nil || len(s.runs) != 2 {
+			t.Fatalf("%s=7|9 gives %d runs (%v), want 2", mutant.Env, len(s.runs), err)
+		}
+		mutant.Activate(7) // as the package's init does for run 1
+		p := &recordtb.TB{TestName: "two mutants", Ginkgo: true}
+		first := running()
+		for run, want := range []int{7, 9} {
+			p.Run(func() {
+				c := s.NewCase(p)
+				c.OptOut(Convergence, "the runs' bookkeeping is under test, not an operator")
+				if got := mutant.Active(); got != want {
+					t.Errorf("run %d: mutant %d active, want %d", run+1, got, want)
+				}
+			})
+			p.RunCleanups()
+		}
+		if fresh := running(); fresh == first || fresh == nil {
+			t.Errorf("manager op is the same instance in run 2 as in run 1 (%p), want a fresh one", first)
+		}
+		if msg := strings.Join(append(p.Fatals(), p.Errors()...), "\n"); msg != "" {
+			t.Fatalf("two mutants: %s", msg)
+		}
+		t.Setenv("ENSEMBLE_PERTURB", "|||")
+		if err := s.perturbationEnv(); err == nil || !strings.Contains(err.Error(), "ENSEMBLE_PERTURB gives 4 runs and ENSEMBLE_MUTANTS 2") {
+			t.Errorf("4 runs of points and 2 of mutants: %v, want an error naming both counts", err)
+		}
+		t.Setenv("ENSEMBLE_PERTURB", "")
+		if err := s.perturbationEnv(); err != nil {
+			t.Fatal(err)
 		}
 	})
 

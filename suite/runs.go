@@ -14,13 +14,14 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ensembletest/ensemble/suite/mutant"
 	"github.com/ensembletest/ensemble/suite/perturb"
 )
 
-// Runs is how many runs of each spec ENSEMBLE_PERTURB asks of this test process (perturb.ParseRuns): make
-// explore runs several points of one spec in one process, a point a run, so a point pays for its spec and not
-// for a boot. It is 1 without the variable, and when the variable does not parse (Boot then returns the
-// error). Ginkgo's flags cannot run a spec more than once in a process, so a Ginkgo suite hands the count to
+// Runs is how many runs of each spec ENSEMBLE_PERTURB (perturb.ParseRuns) or ENSEMBLE_MUTANTS (mutant.Env)
+// asks of this test process: make explore runs several points of one spec in one process, a point a run, and
+// make mutate several mutants, a mutant a run, so a run pays for its spec and not for a boot. It is 1 without
+// either variable, and when one does not parse or they disagree (Boot then returns the error). Ginkgo's flags cannot run a spec more than once in a process, so a Ginkgo suite hands the count to
 // Ginkgo itself:
 //
 //	cfg, rep := GinkgoConfiguration()
@@ -33,11 +34,32 @@ import (
 // process. Between two runs of a spec the harness checks that the earlier run left nothing behind and starts
 // every manager afresh (see docs/architecture.md §3 Many points per process).
 func Runs() int {
-	runs, err := perturb.ParseRuns(os.Getenv("ENSEMBLE_PERTURB"))
+	n, err := runCount()
 	if err != nil {
 		return 1
 	}
-	return len(runs)
+	return n
+}
+
+// runCount is how many runs of each spec ENSEMBLE_PERTURB and ENSEMBLE_MUTANTS ask for: the one that asks
+// for more than one (both must then agree), else 1. Errors: a variable that does not parse, or the two
+// asking for different counts.
+func runCount() (int, error) {
+	points, err := perturb.ParseRuns(os.Getenv("ENSEMBLE_PERTURB"))
+	if err != nil {
+		return 1, fmt.Errorf("suite: ENSEMBLE_PERTURB: %w", err)
+	}
+	mutants, err := mutant.Runs()
+	if err != nil {
+		return 1, fmt.Errorf("suite: %w", err)
+	}
+	switch {
+	case len(mutants) > 1 && len(points) > 1 && len(mutants) != len(points):
+		return 1, fmt.Errorf("suite: ENSEMBLE_PERTURB gives %d runs and %s %d: give both the same count, or one run to either", len(points), mutant.Env, len(mutants))
+	case len(mutants) > 1:
+		return len(mutants), nil
+	}
+	return len(points), nil
 }
 
 // specRun counts one spec's runs in the process. A run begins with a case of the spec made while none of
@@ -91,9 +113,12 @@ func (s *Suite) beginRun(spec string) (int, []perturb.Point, error) {
 	}
 	if fresh && run > 1 {
 		if err := s.isolation(ended, managers); err != nil {
-			return run, nil, fmt.Errorf("suite: run %d of %q cannot begin, since run %d left something behind that could reach it: %w", run, spec, run-1, err)
+			err = fmt.Errorf("suite: run %d of %q cannot begin, since run %d left something behind that could reach it: %w", run, spec, run-1, err)
+			// Under make mutate the run's own mutant is not to blame: it runs again in another process.
+			mutant.Note(mutant.Marker{Run: run, Kind: mutant.Unjudged, Why: err.Error()})
+			return run, nil, err
 		}
-		if err := s.freshManagers(managers); err != nil {
+		if err := s.freshManagers(run, managers); err != nil {
 			return run, nil, fmt.Errorf("suite: run %d of %q: %w", run, spec, err)
 		}
 	}
@@ -168,14 +193,15 @@ func (s *Suite) isolation(cases []*Case, managers []string) error {
 	return errors.New(strings.Join(left, "; "))
 }
 
-// freshManagers stops every running manager of names and starts a fresh instance of each from its
-// ManagerOptions, in the order they first started, the one that serves webhooks first and synced before the
+// freshManagers stops every running manager of names, makes run's mutant active (mutant.Begin, under make
+// mutate; a manager that does not stop fails the run before, whose mutant it ran) and starts a fresh instance
+// of each from its ManagerOptions, in the order they first started, the one that serves webhooks first and synced before the
 // others launch (their caches may need its conversions). The others' Register funcs run one after another,
 // as at Boot, and then their caches sync and their workers start at once: each waits 100-300 ms on its
 // informers, and seven in turn were most of a run's cost. It returns once their controllers run (a
 // follower's need not). A handle to a manager follows it to the new instance, as after a restart point.
 // Errors: a manager that does not stop within Options.StopTimeout or does not start again, all joined.
-func (s *Suite) freshManagers(names []string) error {
+func (s *Suite) freshManagers(run int, names []string) error {
 	s.mu.Lock()
 	var ms []*Manager
 	for _, name := range s.order {
@@ -190,8 +216,13 @@ func (s *Suite) freshManagers(names []string) error {
 	}
 	for _, m := range ms {
 		if err := m.stopInstance(deadline, s.stopTimeout); err != nil {
-			return fmt.Errorf("stopping manager %s for a fresh instance: %w", m.Name, err)
+			err = fmt.Errorf("stopping manager %s for a fresh instance: %w", m.Name, err)
+			mutant.Note(mutant.Marker{Run: run - 1, Kind: mutant.FailedAfter, Why: err.Error()})
+			return err
 		}
+	}
+	if err := mutant.Begin(run); err != nil {
+		return err
 	}
 	if i := slices.IndexFunc(ms, func(m *Manager) bool { return s.hooks.serves(m.Name) }); i > 0 {
 		serving := ms[i]

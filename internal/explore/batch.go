@@ -237,7 +237,7 @@ func (b *batcher) run(ctx context.Context, r *runner, batch []item, desc, baseli
 		reached = max(reached, run)
 	}
 	if res.reportErr == nil {
-		if sr, ok := itReport(res.Reports, spec); ok {
+		if sr, ok := ginkgoreport.It(res.Reports, spec); ok {
 			reached = sr.NumAttempts
 			if len(batch) > 1 && sr.MaxMustPassRepeatedly != len(batch) && sr.State.Is(types.SpecStatePassed) {
 				b.mu.Lock()
@@ -331,16 +331,4 @@ func (b *batcher) finish() {
 	}
 	slices.SortStableFunc(rows, func(a, b Row) int { return a.Index - b.Index })
 	b.x.Rows = rows
-}
-
-// itReport finds spec's It node in reports.
-func itReport(reports []types.Report, spec string) (types.SpecReport, bool) {
-	for _, rep := range reports {
-		for _, sr := range rep.SpecReports {
-			if sr.LeafNodeType == types.NodeTypeIt && ginkgoreport.Name(sr) == spec {
-				return sr, true
-			}
-		}
-	}
-	return types.SpecReport{}, false
 }

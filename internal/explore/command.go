@@ -711,7 +711,7 @@ func (r *runner) run(ctx context.Context, dir, focus, points, baseline string) r
 // setupFailure is the first line of the failure of a suite node that ran before spec (a BeforeSuite)
 // when spec itself never began; "" otherwise.
 func (res runResult) setupFailure(spec string) string {
-	if sr, ok := itReport(res.Reports, spec); ok && !sr.State.Is(types.SpecStateSkipped) {
+	if sr, ok := ginkgoreport.It(res.Reports, spec); ok && !sr.State.Is(types.SpecStateSkipped) {
 		return ""
 	}
 	for _, rep := range res.Reports {

@@ -48,3 +48,15 @@ func Name(sr types.SpecReport) string {
 	}
 	return sr.FullText()
 }
+
+// It is the report of the It spec named name (its full text) in reports; ok is false when none is there.
+func It(reports []types.Report, name string) (sr types.SpecReport, ok bool) {
+	for _, rep := range reports {
+		for _, sr := range rep.SpecReports {
+			if sr.LeafNodeType == types.NodeTypeIt && Name(sr) == name {
+				return sr, true
+			}
+		}
+	}
+	return types.SpecReport{}, false
+}

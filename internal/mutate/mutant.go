@@ -46,6 +46,14 @@ type Mutant struct {
 	// when the run wrote no report).
 	Ran          int
 	Compile, Run time.Duration // the mutated suite's go test -c, and its run (0 when there was none)
+	// ID is the mutant's switch in the schema (from 1); 0 when it is compiled alone.
+	ID int
+	// Alone is why the schema cannot hold the mutant, which is then compiled alone with its token
+	// replaced, as every mutant once was; "" for a mutant of the schema.
+	Alone string
+	// Solo marks a schema mutant evaluated while its package initialises: it is the only run of its test
+	// process, active from the process's start.
+	Solo bool
 }
 
 // Pos is file:line:col.
@@ -394,6 +402,10 @@ type Header struct {
 	Specs    int
 	Coverage time.Duration
 	Wall     time.Duration
+	// Schema is the mutant schema's compile time; SchemaMutants how many mutants it held, Alone how many
+	// were compiled alone; Processes and Runs the test processes of the schema and the runs they made.
+	Schema                                time.Duration
+	SchemaMutants, Alone, Processes, Runs int
 }
 
 // report writes the per-file table, the totals and the survivors.
@@ -468,6 +480,10 @@ func report(w io.Writer, h Header, ms []Mutant) {
 		return
 	}
 	fmt.Fprintf(w, "wall time: %s, per-spec coverage of %d specs %s\n", h.Wall.Round(time.Second), h.Specs, h.Coverage.Round(time.Second))
+	if h.SchemaMutants > 0 {
+		fmt.Fprintf(w, "mutant schema: %d mutants as switches of one build (compiled in %s), judged in %d runs of %d test processes; %d compiled alone\n",
+			h.SchemaMutants, h.Schema.Round(time.Second), h.Runs, h.Processes, h.Alone)
+	}
 	var compile, run, all []time.Duration
 	var specs []int
 	for _, m := range ms {
@@ -507,6 +523,10 @@ func progress(i, n int, m Mutant) string {
 	}
 	s := fmt.Sprintf("[%*d/%d] %-11s %s %s (%s -> %s) %s/%d specs, compile %s, run %s", len(strconv.Itoa(n)), i, n,
 		m.Status, m.Pos(), m.Kind, m.From, m.To, ran, len(m.Specs), round(m.Compile), round(m.Run))
+	if m.ID != 0 {
+		s = fmt.Sprintf("[%*d/%d] %-11s %s %s (%s -> %s) %s/%d specs, run %s (schema)", len(strconv.Itoa(n)), i, n,
+			m.Status, m.Pos(), m.Kind, m.From, m.To, ran, len(m.Specs), round(m.Run))
+	}
 	if m.Detail != "" {
 		s += "  " + m.Detail
 	}

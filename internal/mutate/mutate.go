@@ -121,7 +121,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}); !ok {
 		return code
 	}
-	if err := run(ctx, c, stdout); err != nil {
+	if _, err := run(ctx, c, stdout); err != nil {
 		if ctx.Err() != nil {
 			err = errors.New("interrupted: the runs are stopped and the work directory is removed")
 		}
@@ -235,35 +235,35 @@ type runner struct {
 	alone                  map[string]time.Duration
 }
 
-// run makes the score (or, with -list, lists the mutants), printing to out.
-func run(ctx context.Context, c config, out io.Writer) error {
+// run makes the score (or, with -list, lists the mutants), printing to out, and returns the mutants judged.
+func run(ctx context.Context, c config, out io.Writer) ([]Mutant, error) {
 	start := time.Now()
 	module, err := modulePath()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	dir, err := suitebin.Dir(c.suite)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !c.list {
 		if _, err := suitebin.Assets(); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	if c.gremlins, err = gremlins(ctx, c, out); err != nil {
-		return err
+		return nil, err
 	}
 	work, err := os.MkdirTemp("", "ensemble-mutate-")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer os.RemoveAll(work)
 	r := &runner{config: c, ctx: ctx, out: out, work: work, dir: dir}
 
 	ms, err := discover(ctx, c, work)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	h := Header{Pkg: c.pkg, Suite: c.suite, Labels: c.labels, Base: c.base}
 	ms, h.Generated = dropGenerated(ms)
@@ -271,7 +271,7 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	if c.base != "" {
 		before := len(ms)
 		if ms, err = keepChanged(c, ms); err != nil {
-			return err
+			return nil, err
 		}
 		h.OutsideBase = before - len(ms)
 	}
@@ -287,18 +287,18 @@ func run(ctx context.Context, c config, out io.Writer) error {
 		for _, m := range ms {
 			fmt.Fprintf(out, "  %s %s\n", m.Pos(), m.Kind)
 		}
-		return nil
+		return ms, nil
 	}
 	if len(ms) == 0 {
 		h.Wall = time.Since(start)
 		report(out, h, ms)
-		return nil
+		return ms, nil
 	}
 
 	began := time.Now()
 	cov, err := r.coverage(module)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	h.Specs, h.Coverage = len(r.alone), time.Since(began)
 	fmt.Fprintf(out, "per-spec coverage: %d specs passed alone in %s (each min/median/max %s)\n", h.Specs,
@@ -324,25 +324,12 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	}
 	fmt.Fprintf(out, "%d mutants covered, %d not covered; specs covering each, min/median/max %s: %d spec runs for all, of %d without selection\n",
 		len(covered), len(ms)-len(covered), spread(counts, strconv.Itoa), sum, len(covered)*h.Specs)
-	fmt.Fprintf(out, "running %d mutants, %d at a time, each against the specs that cover it\n", len(todo), c.jobs)
-	var mu sync.Mutex
-	done := 0
-	err = each(c.jobs, len(todo), func(k int) error {
-		i := todo[k]
-		m, err := r.mutant(i, ms[i])
-		mu.Lock()
-		defer mu.Unlock()
-		ms[i] = m
-		done++
-		fmt.Fprintln(out, progress(done, len(todo), m))
-		return err
-	})
-	if err != nil {
-		return err
+	if err := r.judge(ms, todo, &h); err != nil {
+		return nil, err
 	}
 	h.Wall = time.Since(start)
 	report(out, h, ms)
-	return nil
+	return ms, nil
 }
 
 // defaultLabels is the label filter of -pkg's specs: the operator's name for a package under operators/

@@ -26,7 +26,7 @@ import (
 
 // packages are the library's packages, by directory from the repository's root: what another module's
 // specs import.
-var packages = []string{"suite", "suite/perturb", "fakes/dataplane"}
+var packages = []string{"suite", "suite/mutant", "suite/perturb", "fakes/dataplane"}
 
 // golden is the reviewed listing, from the repository's root.
 const golden = "docs/api.txt"

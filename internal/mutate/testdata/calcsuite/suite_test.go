@@ -1,0 +1,57 @@
+// Package calcsuite is a fake scenario suite for internal/mutate's end-to-end test: a Ginkgo suite over
+// package calc that runs each spec once per mutant of ENSEMBLE_MUTANTS, making the next one active
+// between runs, as the harness does (suite.Runs, mutant.Begin).
+package calcsuite
+
+import (
+	"testing"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/ensembletest/ensemble/internal/mutate/testdata/calc"
+	"github.com/ensembletest/ensemble/suite/mutant"
+)
+
+func TestCalc(t *testing.T) {
+	RegisterFailHandler(Fail)
+	cfg, rep := GinkgoConfiguration()
+	if ids, _ := mutant.Runs(); len(ids) > 1 {
+		cfg.MustPassRepeatedly = len(ids)
+	}
+	RunSpecs(t, "calc suite", cfg, rep)
+}
+
+// attempts counts each spec's runs in the process.
+var attempts = map[string]int{}
+
+var _ = BeforeEach(func() {
+	name := CurrentSpecReport().FullText()
+	attempts[name]++
+	if n := attempts[name]; n > 1 {
+		Expect(mutant.Begin(n)).To(Succeed())
+	}
+})
+
+var _ = Describe("calc", func() {
+	It("clamps", func() {
+		Expect(calc.Clamp(5, 0, 10)).To(Equal(5))
+		Expect(calc.Clamp(-1, 0, 10)).To(Equal(0))
+	})
+	It("sums", func() {
+		Expect(calc.Sum(3)).To(Equal(6))
+	})
+	It("finds the first", func() {
+		Expect(calc.First(nil)).To(Equal(0))
+		Expect(calc.First([]int{4})).To(Equal(4))
+	})
+	It("scales", func() {
+		Expect(calc.Scale(2)).To(Equal(12))
+	})
+	It("limits", func() {
+		Expect(calc.Limit).To(Equal(11))
+	})
+	It("greets", func() {
+		Expect(calc.Greeting("x")).To(Equal("hi x"))
+	})
+})

@@ -1,0 +1,310 @@
+// Package mutant holds the switches of ensemble mutate's mutant schema: the one copy of the mutated
+// package's code that ensemble mutate compiles has each mutated position rewritten to a call of this
+// package that applies the original operator, or a mutant's, by which mutant is active. One test binary
+// then judges many mutants, one run of a spec each, on one control plane (docs/architecture.md §10).
+//
+// The active mutant is a process-wide number, 0 for none. The test process reads Env, the mutant of each
+// run of a spec in the process, at its start (the first run's is active from this package's init, so the
+// mutated package's own initialisation sees it), and the harness makes the next one active between runs
+// (Begin), once the previous run's manager instances have stopped and before the fresh ones start.
+//
+// The package imports the standard library only: code that ensemble mutate rewrites imports it through its
+// module's require of ensemble, and production code never does.
+package mutant
+
+import (
+	"cmp"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+)
+
+// Env names the variable ensemble mutate sets on a test process: the mutant active in each run of a spec,
+// in run order, as decimal IDs separated by "|" ("12|7|30": three runs). An ID is 1 or more.
+const Env = "ENSEMBLE_MUTANTS"
+
+// active is the mutant the switches apply now; 0 applies none.
+var active atomic.Int64
+
+func init() {
+	_ = Begin(1)
+}
+
+// Parse reads a value of Env: nil for "". Errors: an ID that is no decimal number of 1 or more.
+func Parse(s string) ([]int, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var out []int
+	for i, f := range strings.Split(s, "|") {
+		id, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || id < 1 {
+			return nil, fmt.Errorf("%s: run %d's mutant %q is no ID (a decimal number of 1 or more)", Env, i+1, f)
+		}
+		out = append(out, id)
+	}
+	return out, nil
+}
+
+// Runs are the mutant IDs of Env, one a run (nil without it). Errors: Parse's.
+func Runs() ([]int, error) {
+	return Parse(os.Getenv(Env))
+}
+
+// Active is the mutant the switches apply now, 0 for none.
+func Active() int { return int(active.Load()) }
+
+// On reports whether mutant id is the active one.
+func On(id int) bool { return int(active.Load()) == id }
+
+// Activate makes id the active mutant (0: none).
+func Activate(id int) { active.Store(int64(id)) }
+
+// Begin makes the mutant of run (from 1) active and writes a Marker saying so to stderr, where ensemble
+// mutate reads which run the process is in. Without Env it does nothing. Errors: Env does not parse, or
+// gives fewer runs.
+func Begin(run int) error {
+	runs, err := Runs()
+	switch {
+	case err != nil:
+		return err
+	case runs == nil:
+		return nil
+	case run < 1 || run > len(runs):
+		return fmt.Errorf("%s gives %d runs, and run %d is beginning", Env, len(runs), run)
+	}
+	Activate(runs[run-1])
+	Note(Marker{Run: run, Kind: Begins, Mutant: runs[run-1]})
+	return nil
+}
+
+// Note writes m to stderr on a line of its own, when Env is set.
+func Note(m Marker) {
+	if os.Getenv(Env) != "" {
+		fmt.Fprintf(os.Stderr, "\n%s\n", m)
+	}
+}
+
+// MarkerKind is what a Marker says of its run.
+type MarkerKind string
+
+const (
+	// Begins: the run's mutant is active and its spec is about to run.
+	Begins MarkerKind = "begins"
+	// Unjudged: the run could not begin for a reason that is not its mutant's (the run before it left
+	// something behind); ensemble mutate runs that mutant again in another process.
+	Unjudged MarkerKind = "unjudged"
+	// FailedAfter: the run's spec passed, and then its manager instances did not stop (found as the next
+	// run began): the run failed, as a single run's process fails at the suite's stop.
+	FailedAfter MarkerKind = "failed after its spec"
+)
+
+// Marker is a line the test process writes for ensemble mutate about one run.
+type Marker struct {
+	// Run is the run, from 1; Mutant its mutant (set for Begins).
+	Run, Mutant int
+	Kind        MarkerKind
+	// Why is the reason of Unjudged and FailedAfter, on one line.
+	Why string
+}
+
+// markerPrefix starts every marker line.
+const markerPrefix = "ensemble mutant: run "
+
+// String is the marker's line: "ensemble mutant: run 3 begins (mutant 17)", "ensemble mutant: run 3
+// unjudged: why", "ensemble mutant: run 2 failed after its spec: why".
+func (m Marker) String() string {
+	if m.Kind == Begins {
+		return fmt.Sprintf("%s%d %s (mutant %d)", markerPrefix, m.Run, m.Kind, m.Mutant)
+	}
+	return fmt.Sprintf("%s%d %s: %s", markerPrefix, m.Run, m.Kind, strings.Join(strings.Fields(m.Why), " "))
+}
+
+// ParseMarker finds a marker in line (other output may precede it on the line, as Ginkgo's progress dots
+// do); ok is false when the line holds none.
+func ParseMarker(line string) (m Marker, ok bool) {
+	i := strings.Index(line, markerPrefix)
+	if i < 0 {
+		return m, false
+	}
+	rest := line[i+len(markerPrefix):]
+	n, rest, _ := strings.Cut(rest, " ")
+	run, err := strconv.Atoi(n)
+	if err != nil {
+		return m, false
+	}
+	m.Run = run
+	for _, k := range []MarkerKind{Begins, Unjudged, FailedAfter} {
+		after, found := strings.CutPrefix(rest, string(k))
+		if !found {
+			continue
+		}
+		m.Kind = k
+		if k == Begins {
+			_, err := fmt.Sscanf(after, " (mutant %d)", &m.Mutant)
+			return m, err == nil
+		}
+		why, found := strings.CutPrefix(after, ": ")
+		m.Why = why
+		return m, found
+	}
+	return Marker{}, false
+}
+
+// Op is a Go operator a switch applies.
+type Op uint8
+
+// The operators, named as go/token names their tokens.
+const (
+	EQL    Op = iota + 1 // ==
+	NEQ                  // !=
+	LSS                  // <
+	LEQ                  // <=
+	GTR                  // >
+	GEQ                  // >=
+	ADD                  // +
+	SUB                  // -
+	MUL                  // *
+	QUO                  // /
+	REM                  // %
+	AND                  // &
+	OR                   // |
+	XOR                  // ^
+	ANDNOT               // &^
+	LAND                 // &&
+	LOR                  // ||
+)
+
+var opText = [...]string{EQL: "==", NEQ: "!=", LSS: "<", LEQ: "<=", GTR: ">", GEQ: ">=", ADD: "+", SUB: "-", MUL: "*", QUO: "/",
+	REM: "%", AND: "&", OR: "|", XOR: "^", ANDNOT: "&^", LAND: "&&", LOR: "||"}
+
+// String is the operator as Go writes it.
+func (o Op) String() string {
+	if int(o) < len(opText) && opText[o] != "" {
+		return opText[o]
+	}
+	return "Op(" + strconv.Itoa(int(o)) + ")"
+}
+
+// Alt is one mutant of a switch: while mutant ID is active, the switch applies Op instead of its own.
+type Alt struct {
+	ID int
+	Op Op
+}
+
+// pick is the operator to apply: the active mutant's among alts, else op.
+func pick(op Op, alts []Alt) Op {
+	if a := Active(); a != 0 {
+		for _, x := range alts {
+			if x.ID == a {
+				return x.Op
+			}
+		}
+	}
+	return op
+}
+
+// Number is the type set of the arithmetic switches.
+type Number interface {
+	~int | ~int8 | ~int16 | ~int32 | ~int64 | ~uint | ~uint8 | ~uint16 | ~uint32 | ~uint64 | ~uintptr |
+		~float32 | ~float64 | ~complex64 | ~complex128
+}
+
+// Integer is the type set of the switches whose operators include % and the bitwise ones.
+type Integer interface {
+	~int | ~int8 | ~int16 | ~int32 | ~int64 | ~uint | ~uint8 | ~uint16 | ~uint32 | ~uint64 | ~uintptr
+}
+
+// Ordered is a op b, or the active alt's operator, for ordered operands: a comparison (==, !=, <, <=, >,
+// >=). Both operands are evaluated once, as arguments, in the original expression's order. It panics on
+// another operator, which a rewrite never passes.
+func Ordered[T cmp.Ordered](a, b T, op Op, alts ...Alt) bool {
+	switch pick(op, alts) {
+	case EQL:
+		return a == b
+	case NEQ:
+		return a != b
+	case LSS:
+		return a < b
+	case LEQ:
+		return a <= b
+	case GTR:
+		return a > b
+	case GEQ:
+		return a >= b
+	}
+	panic("mutant.Ordered: " + pick(op, alts).String() + " is no comparison")
+}
+
+// Equal is a op b, or the active alt's operator, for comparable operands: == or !=. It panics on another
+// operator.
+func Equal[T comparable](a, b T, op Op, alts ...Alt) bool {
+	switch pick(op, alts) {
+	case EQL:
+		return a == b
+	case NEQ:
+		return a != b
+	}
+	panic("mutant.Equal: " + pick(op, alts).String() + " is neither == nor !=")
+}
+
+// Arith is a op b, or the active alt's operator: +, -, * or /. It panics on another operator.
+func Arith[T Number](a, b T, op Op, alts ...Alt) T {
+	switch pick(op, alts) {
+	case ADD:
+		return a + b
+	case SUB:
+		return a - b
+	case MUL:
+		return a * b
+	case QUO:
+		return a / b
+	}
+	panic("mutant.Arith: " + pick(op, alts).String() + " is no arithmetic operator of every number")
+}
+
+// Int is a op b, or the active alt's operator, for integers: +, -, *, /, %, &, |, ^ or &^. It panics on
+// another operator (as Arith).
+func Int[T Integer](a, b T, op Op, alts ...Alt) T {
+	switch o := pick(op, alts); o {
+	case REM:
+		return a % b
+	case AND:
+		return a & b
+	case OR:
+		return a | b
+	case XOR:
+		return a ^ b
+	case ANDNOT:
+		return a &^ b
+	default:
+		return Arith(a, b, o)
+	}
+}
+
+// Logic is a op b() for op && or ||, or the active alt's operator, with Go's short-circuit: b is called
+// only when a does not decide. It panics on another operator.
+func Logic(a bool, b func() bool, op Op, alts ...Alt) bool {
+	switch pick(op, alts) {
+	case LAND:
+		return a && b()
+	case LOR:
+		return a || b()
+	}
+	panic("mutant.Logic: " + pick(op, alts).String() + " is neither && nor ||")
+}
+
+// Neg is -x, or +x while one of the mutants ids is active (gremlins' INVERT_NEGATIVES, and its
+// ARITHMETIC_BASE on a unary minus, which replace the same token).
+func Neg[T Number](x T, ids ...int) T {
+	if a := Active(); a != 0 {
+		for _, id := range ids {
+			if id == a {
+				return +x
+			}
+		}
+	}
+	return -x
+}

@@ -1,0 +1,87 @@
+package mutant
+
+import (
+	"reflect"
+	"testing"
+)
+
+func TestParse(t *testing.T) {
+	for s, want := range map[string][]int{"": nil, "7": {7}, "12|7|30": {12, 7, 30}, " 3 | 4": {3, 4}} {
+		got, err := Parse(s)
+		if err != nil || !reflect.DeepEqual(got, want) {
+			t.Errorf("Parse(%q) = %v, %v, want %v", s, got, err, want)
+		}
+	}
+	for _, s := range []string{"0", "x", "3||4", "-1", "|"} {
+		if got, err := Parse(s); err == nil {
+			t.Errorf("Parse(%q) = %v, want an error", s, got)
+		}
+	}
+}
+
+// A marker reads back as written, after whatever output came before it on its line.
+func TestMarkers(t *testing.T) {
+	for _, m := range []Marker{
+		{Run: 3, Kind: Begins, Mutant: 17},
+		{Run: 2, Kind: Unjudged, Why: "run 1 left Pod/p in namespace ns"},
+		{Run: 1, Kind: FailedAfter, Why: "stopping manager op: timeout"},
+	} {
+		for _, prefix := range []string{"", "•••"} {
+			got, ok := ParseMarker(prefix + m.String())
+			if !ok || got != m {
+				t.Errorf("ParseMarker(%q) = %+v, %t, want %+v", prefix+m.String(), got, ok, m)
+			}
+		}
+	}
+	for _, l := range []string{"ensemble mutant: run x begins (mutant 1)", "ensemble mutant: run 2 ends", "PASS", "ensemble mutant: run 2 begins"} {
+		if m, ok := ParseMarker(l); ok {
+			t.Errorf("ParseMarker(%q) = %+v", l, m)
+		}
+	}
+}
+
+// Each switch applies its own operator with no mutant or another mutant active, and its alt's operator
+// while that alt's mutant is.
+func TestSwitchesPickTheActiveMutantsOperator(t *testing.T) {
+	defer Activate(0)
+	alts := []Alt{{ID: 4, Op: LEQ}, {ID: 5, Op: GEQ}}
+	for active, want := range map[int][3]bool{0: {true, false, false}, 9: {true, false, false}, 4: {true, true, false}, 5: {false, true, true}} {
+		Activate(active)
+		got := [3]bool{Ordered(1, 2, LSS, alts...), Ordered(2, 2, LSS, alts...), Ordered("b", "a", LSS, alts...)}
+		if got != want {
+			t.Errorf("mutant %d active: %v, want %v", active, got, want)
+		}
+	}
+	Activate(6)
+	var err error
+	if Equal(err, nil, EQL, Alt{ID: 6, Op: NEQ}) || !Equal(err, nil, EQL, Alt{ID: 7, Op: NEQ}) {
+		t.Error("Equal does not apply mutant 6's != (and only its)")
+	}
+	if Arith(7, 2, ADD, Alt{ID: 6, Op: SUB}) != 5 || Arith(7.0, 2, QUO) != 3.5 || Int(7, 3, REM, Alt{ID: 6, Op: MUL}) != 21 ||
+		Int(6, 3, AND, Alt{ID: 1, Op: OR}) != 2 || Neg(3, 5, 6) != 3 || Neg(3, 5) != -3 {
+		t.Error("an arithmetic switch does not apply the active mutant's operator")
+	}
+	called := false
+	if !Logic(true, func() bool { called = true; return false }, LAND, Alt{ID: 6, Op: LOR}) || called {
+		t.Errorf("Logic under mutant 6 (||) called its right operand (%t) or returned false", called)
+	}
+	if On(5) || !On(6) || Active() != 6 {
+		t.Errorf("On(5) %t, On(6) %t, Active %d with mutant 6 active", On(5), On(6), Active())
+	}
+}
+
+// Begin activates its run's mutant from Env; without Env it does nothing.
+func TestBegin(t *testing.T) {
+	defer Activate(0)
+	t.Setenv(Env, "")
+	if err := Begin(2); err != nil || Active() != 0 {
+		t.Errorf("Begin without %s: %v, active %d", Env, err, Active())
+	}
+	t.Setenv(Env, "8|9")
+	if err := Begin(2); err != nil || Active() != 9 {
+		t.Errorf("Begin(2) of 8|9: %v, active %d, want 9", err, Active())
+	}
+	if err := Begin(3); err == nil {
+		t.Error("Begin(3) of two runs: no error")
+	}
+}
