@@ -233,11 +233,12 @@ type Suite struct {
 	chmu           sync.Mutex
 	changeTriggers []*changeTrigger
 	// runs are ENSEMBLE_PERTURB's runs of each spec, one (unperturbed) without it (see beginRun);
-	// specRuns counts each spec's runs (guarded by mu). baselines are ENSEMBLE_BASELINE's end
-	// states by spec name, for the differential oracle; exploreDir is ENSEMBLE_EXPLORE's directory, where
-	// each case leaves its perturb.Record.
+	// specRuns counts each spec's runs and lastSpec is the spec whose run began last (guarded by mu).
+	// baselines are ENSEMBLE_BASELINE's end states by spec name, for the differential oracle; exploreDir is
+	// ENSEMBLE_EXPLORE's directory, where each case leaves its perturb.Record.
 	runs       [][]perturb.Point
 	specRuns   map[string]*specRun
+	lastSpec   string
 	baselines  map[string][]map[string]map[string]string
 	exploreDir string
 	managers   map[string]*Manager

@@ -464,11 +464,28 @@ func testRuns(t *testing.T, s *Suite) {
 			})
 			p.RunCleanups()
 		}
-		if fresh := running(); fresh == first || fresh == nil {
+		second := running()
+		if second == first || second == nil {
 			t.Errorf("manager op is the same instance in run 2 as in run 1 (%p), want a fresh one", first)
 		}
 		if msg := strings.Join(append(p.Fatals(), p.Errors()...), "\n"); msg != "" {
 			t.Fatalf("two mutants: %s", msg)
+		}
+		// The first run of the next spec is mutant 7's again, on fresh instances.
+		q := &recordtb.TB{TestName: "two mutants, another spec", Ginkgo: true}
+		q.Run(func() {
+			c := s.NewCase(q)
+			c.OptOut(Convergence, "the runs' bookkeeping is under test, not an operator")
+			if got := mutant.Active(); got != 7 {
+				t.Errorf("run 1 of the next spec: mutant %d active, want 7", got)
+			}
+		})
+		q.RunCleanups()
+		if third := running(); third == second || third == nil {
+			t.Errorf("manager op is the same instance in the next spec's run 1 as in the last run (%p), want a fresh one", second)
+		}
+		if msg := strings.Join(append(q.Fatals(), q.Errors()...), "\n"); msg != "" {
+			t.Fatalf("the next spec: %s", msg)
 		}
 		t.Setenv("ENSEMBLE_PERTURB", "|||")
 		if err := s.perturbationEnv(); err == nil || !strings.Contains(err.Error(), "ENSEMBLE_PERTURB gives 4 runs and ENSEMBLE_MUTANTS 2") {

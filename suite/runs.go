@@ -19,10 +19,12 @@ import (
 )
 
 // Runs is how many runs of each spec ENSEMBLE_PERTURB (perturb.ParseRuns) or ENSEMBLE_MUTANTS (mutant.Env)
-// asks of this test process: make explore runs several points of one spec in one process, a point a run, and
-// make mutate several mutants, a mutant a run, so a run pays for its spec and not for a boot. It is 1 without
-// either variable, and when one does not parse or they disagree (Boot then returns the error). Ginkgo's flags cannot run a spec more than once in a process, so a Ginkgo suite hands the count to
-// Ginkgo itself:
+// asks of this test process, each of which must pass: make explore runs several points of one spec in one
+// process, a point a run, and make mutate several mutants, a mutant a run, so a run pays for its spec and
+// not for a boot. It is 1 without either variable, when one does not parse or they disagree (Boot then
+// returns the error), and when make mutate's runs are flake attempts instead (mutant.RetryEnv: it passes
+// -ginkgo.flake-attempts, which repeats a spec while it fails). Ginkgo's flags cannot make a spec pass more
+// than once in a process, so a Ginkgo suite hands the count to Ginkgo itself:
 //
 //	cfg, rep := GinkgoConfiguration()
 //	if n := suite.Runs(); n > 1 {
@@ -30,12 +32,13 @@ import (
 //	}
 //	RunSpecs(t, "my operator", cfg, rep)
 //
-// Ginkgo ends the repetition at the first run that fails; make explore runs the points after it in a new
-// process. Between two runs of a spec the harness checks that the earlier run left nothing behind and starts
-// every manager afresh (see docs/architecture.md §3 Many points per process).
+// Ginkgo ends the repetition at the first run that fails; make explore and make mutate run the runs after
+// it in a new process. Between two runs of a spec (and, under ENSEMBLE_MUTANTS, between the runs of two
+// specs) the harness checks that the earlier run left nothing behind and starts every manager afresh (see
+// docs/architecture.md §3 Many points per process).
 func Runs() int {
 	n, err := runCount()
-	if err != nil {
+	if err != nil || mutant.Retrying() {
 		return 1
 	}
 	return n
@@ -76,9 +79,13 @@ type specRun struct {
 
 // beginRun counts a case of spec and returns its run (from 1) and the points ENSEMBLE_PERTURB sets on it:
 // the run's own, or with a single run every case's. When the case begins a second or later run of a
-// sequence, the runs before it are checked for leftovers (isolation) and the managers running when its first run began are started
-// afresh first. Errors: a run past the sequence's end, a leftover, a manager that could not start again.
+// sequence, the runs before it are checked for leftovers (isolation) and the managers running when its first
+// run began are started afresh first. Under ENSEMBLE_MUTANTS so is the first run of every spec after the
+// process's first, since each run has a mutant of its own (mutant.Begin makes it active between the stop
+// and the fresh start). Errors: a run past the sequence's end, a leftover, a manager that could not start
+// again.
 func (s *Suite) beginRun(spec string) (int, []perturb.Point, error) {
+	mutating := os.Getenv(mutant.Env) != ""
 	s.mu.Lock()
 	if s.specRuns == nil {
 		s.specRuns = map[string]*specRun{}
@@ -100,40 +107,59 @@ func (s *Suite) beginRun(spec string) (int, []perturb.Point, error) {
 	managers := sr.managers
 	sr.live++
 	run, ended := sr.n, sr.ended
+	before := spec // the spec whose runs the isolation check looks at
 	if fresh {
 		sr.ended = nil
+		// The first run of another spec under ENSEMBLE_MUTANTS follows the last spec's last run.
+		if prev := s.specRuns[s.lastSpec]; mutating && run == 1 && prev != nil && s.lastSpec != spec {
+			before, ended, managers = s.lastSpec, prev.ended, prev.managers
+			prev.ended = nil
+		}
+		s.lastSpec = spec
 	}
 	s.mu.Unlock()
-	if len(s.runs) == 1 {
-		return run, s.runs[0], nil
+	switching := fresh && (run > 1 || (mutating && len(s.runs) > 1 && mutant.Began()))
+	if len(s.runs) == 1 || !switching {
+		if mutating && fresh {
+			mutant.Mark(spec, run)
+		}
+		if len(s.runs) == 1 {
+			return run, s.runs[0], nil
+		}
 	}
 	if run > len(s.runs) {
 		return run, nil, fmt.Errorf("suite: ENSEMBLE_PERTURB gives %d runs, and %q is starting its run %d: run each spec "+
 			"suite.Runs() times (Ginkgo's MustPassRepeatedly), not more", len(s.runs), spec, run)
 	}
-	if fresh && run > 1 {
+	if switching {
 		if err := s.isolation(ended, managers); err != nil {
-			err = fmt.Errorf("suite: run %d of %q cannot begin, since run %d left something behind that could reach it: %w", run, spec, run-1, err)
+			err = fmt.Errorf("suite: run %d of %q cannot begin, since the run of %q before it left something behind that could reach it: %w", run, spec, before, err)
 			// Under make mutate the run's own mutant is not to blame: it runs again in another process.
-			mutant.Note(mutant.Marker{Run: run, Kind: mutant.Unjudged, Why: err.Error()})
+			mutant.Note(mutant.Marker{Spec: spec, Run: run, Kind: mutant.Unjudged, Why: err.Error()})
 			return run, nil, err
 		}
-		if err := s.freshManagers(run, managers); err != nil {
+		if err := s.freshManagers(spec, run, before, managers); err != nil {
 			return run, nil, fmt.Errorf("suite: run %d of %q: %w", run, spec, err)
 		}
 	}
 	return run, s.runs[run-1], nil
 }
 
-// endRun counts the end of a case of spec, after its cleanup; c is nil when the case was never made.
+// endRun counts the end of a case of spec, after its cleanup; c is nil when the case was never made. Under
+// ENSEMBLE_MUTANTS the end of a run (its last case) is noted with whether it failed (mutant.End).
 func (s *Suite) endRun(spec string, c *Case) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	ended := false
 	if sr := s.specRuns[spec]; sr != nil {
 		sr.live--
+		ended = sr.live == 0
 		if c != nil {
 			sr.ended = append(sr.ended, c)
 		}
+	}
+	s.mu.Unlock()
+	if ended && c != nil && os.Getenv(mutant.Env) != "" {
+		mutant.End(spec, c.run, c.t.Failed())
 	}
 }
 
@@ -193,15 +219,15 @@ func (s *Suite) isolation(cases []*Case, managers []string) error {
 	return errors.New(strings.Join(left, "; "))
 }
 
-// freshManagers stops every running manager of names, makes run's mutant active (mutant.Begin, under make
-// mutate; a manager that does not stop fails the run before, whose mutant it ran) and starts a fresh instance
-// of each from its ManagerOptions, in the order they first started, the one that serves webhooks first and synced before the
+// freshManagers stops every running manager of names, makes the mutant of run of spec active (mutant.Begin,
+// under make mutate; a manager that does not stop fails the run before, of spec before, whose mutant it
+// ran) and starts a fresh instance of each from its ManagerOptions, in the order they first started, the one that serves webhooks first and synced before the
 // others launch (their caches may need its conversions). The others' Register funcs run one after another,
 // as at Boot, and then their caches sync and their workers start at once: each waits 100-300 ms on its
 // informers, and seven in turn were most of a run's cost. It returns once their controllers run (a
 // follower's need not). A handle to a manager follows it to the new instance, as after a restart point.
 // Errors: a manager that does not stop within Options.StopTimeout or does not start again, all joined.
-func (s *Suite) freshManagers(run int, names []string) error {
+func (s *Suite) freshManagers(spec string, run int, before string, names []string) error {
 	s.mu.Lock()
 	var ms []*Manager
 	for _, name := range s.order {
@@ -217,11 +243,17 @@ func (s *Suite) freshManagers(run int, names []string) error {
 	for _, m := range ms {
 		if err := m.stopInstance(deadline, s.stopTimeout); err != nil {
 			err = fmt.Errorf("stopping manager %s for a fresh instance: %w", m.Name, err)
-			mutant.Note(mutant.Marker{Run: run - 1, Kind: mutant.FailedAfter, Why: err.Error()})
+			prev := run - 1
+			if before != spec {
+				s.mu.Lock()
+				prev = s.specRuns[before].n
+				s.mu.Unlock()
+			}
+			mutant.Note(mutant.Marker{Spec: before, Run: prev, Kind: mutant.FailedAfter, Why: err.Error()})
 			return err
 		}
 	}
-	if err := mutant.Begin(run); err != nil {
+	if err := mutant.Begin(spec, run); err != nil {
 		return err
 	}
 	if i := slices.IndexFunc(ms, func(m *Manager) bool { return s.hooks.serves(m.Name) }); i > 0 {

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -72,8 +71,8 @@ func (r *runner) judge(ms []Mutant, todo []int, h *Header) error {
 	for _, i := range alone {
 		fmt.Fprintf(r.out, "  compiled alone: %s %s: %s\n", ms[i].Pos(), ms[i].Kind, ms[i].Alone)
 	}
-	fmt.Fprintf(r.out, "running %d mutants, %d test processes at a time: each schema mutant a run of one spec, up to %d runs a process, "+
-		"through the specs that cover it until one fails\n", len(todo)-done, r.jobs, batchRuns)
+	fmt.Fprintf(r.out, "running %d mutants, %d test processes at a time, up to %d schema mutants a process, each a run of each spec "+
+		"that covers it until one fails\n", len(todo)-done, r.jobs, batchRuns)
 	if bin != "" {
 		if h.Processes, h.Runs, err = r.schemaRuns(bin, ms, todo, &done, len(todo)); err != nil {
 			return err
@@ -91,11 +90,6 @@ func (r *runner) judge(ms []Mutant, todo []int, h *Header) error {
 		return err
 	})
 }
-
-// batchRuns is how many runs of one spec, a mutant each, one test process of the schema makes. A run that
-// kills its mutant ends its process (Ginkgo repeats a spec only while it passes), and the runs after it
-// start again in a new one, so a longer batch only saves boots while its mutants survive the spec.
-const batchRuns = 10
 
 // compileSchema writes the rewritten files under the work directory and compiles the suite once with them
 // overlaid. A build error in a rewritten file sends that file's mutants to be compiled alone and the
@@ -172,400 +166,41 @@ func relTo(abs string) string {
 	return abs
 }
 
-// scheduler hands out batches of schema mutants, each of one spec, and moves each mutant on through the
-// specs that cover it (fastest alone first) until one fails it or all have passed.
-type scheduler struct {
-	r   *runner
-	bin string
-	ms  []Mutant
-	// specs are each mutant's covering specs, fastest alone first; at the index of the next one it runs.
-	specs map[int][]string
-	at    map[int]int
-	// queue holds the mutants waiting for each spec; solo those that must run alone in a process, with
-	// their spec.
-	queue map[string][]int
-	solo  []int
-	// single is set once the suite turns out to run a spec once however many runs are asked for.
-	single bool
-
-	mu       sync.Mutex
-	cond     *sync.Cond
-	inflight int
-	err      error
-	done     int
-	total    int
-	// processes and runs count the test processes and the runs they made; boots their BeforeSuite's time.
-	processes, runs int
+// batch is one test process of the schema: its specs, each run once per mutant (in this order, a mutant
+// a run); retry says the runs are flake attempts, which go on while a run fails and stop at the first
+// that passes, instead of going on while runs pass.
+type batch struct {
+	specs   []string
+	mutants []int // indices into the mutants
+	retry   bool
 }
 
-// schemaRuns judges the schema mutants of todo with the compiled schema bin, c.jobs processes at once.
-func (r *runner) schemaRuns(bin string, ms []Mutant, todo []int, done *int, total int) (processes, runs int, err error) {
-	s := &scheduler{r: r, bin: bin, ms: ms, specs: map[int][]string{}, at: map[int]int{}, queue: map[string][]int{}, total: total}
-	s.cond = sync.NewCond(&s.mu)
-	s.done = *done
-	for _, i := range todo {
-		if ms[i].ID == 0 || ms[i].Status != NotRun {
-			continue
-		}
-		specs := slices.Clone(ms[i].Specs)
-		slices.SortStableFunc(specs, func(a, b string) int { return int(r.alone[a] - r.alone[b]) })
-		s.specs[i] = specs
-		s.enqueue(i)
-	}
-	var wg sync.WaitGroup
-	for range max(r.jobs, 1) {
-		wg.Go(func() {
-			for {
-				spec, batch := s.take()
-				if batch == nil {
-					return
-				}
-				outs, err := r.batch(bin, spec, batch, ms)
-				s.finish(spec, batch, outs, err)
-			}
-		})
-	}
-	wg.Wait()
-	*done = s.done
-	return s.processes, s.runs, s.err
+// cell is one run of one spec in a batch: the run of its mutant (from 1).
+type cell struct {
+	spec string
+	run  int
 }
 
-// enqueue puts mutant i in the queue of its next spec, or alone when it must be its process's only run.
-// Called with s.mu held or before the workers start.
-func (s *scheduler) enqueue(i int) {
-	if s.ms[i].Solo || s.single {
-		s.solo = append(s.solo, i)
-		return
-	}
-	spec := s.specs[i][s.at[i]]
-	s.queue[spec] = append(s.queue[spec], i)
-}
-
-// take hands out the next batch: a solo mutant, else up to batchRuns mutants of the spec with the longest
-// queue. It waits while batches in flight may queue more, and returns nil when nothing is left to run.
-func (s *scheduler) take() (string, []int) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for {
-		if s.err != nil || s.r.ctx.Err() != nil {
-			return "", nil
-		}
-		if len(s.solo) > 0 {
-			i := s.solo[0]
-			s.solo = s.solo[1:]
-			s.inflight++
-			return s.specs[i][s.at[i]], []int{i}
-		}
-		spec := ""
-		for sp, q := range s.queue {
-			if len(q) > len(s.queue[spec]) || (len(q) == len(s.queue[spec]) && len(q) > 0 && s.r.alone[sp] < s.r.alone[spec]) {
-				spec = sp
-			}
-		}
-		if q := s.queue[spec]; len(q) > 0 {
-			n := min(len(q), batchRuns)
-			batch := slices.Clone(q[:n])
-			s.queue[spec] = q[n:]
-			s.inflight++
-			return spec, batch
-		}
-		if s.inflight == 0 {
-			return "", nil
-		}
-		s.cond.Wait()
-	}
-}
-
-// finish applies a batch's outcomes: a passed run moves its mutant to its next spec (or makes it a
-// survivor after the last), a failed one kills it, a run not judged goes back to the queue.
-func (s *scheduler) finish(spec string, batch []int, outs []runOutcome, err error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	defer s.cond.Broadcast()
-	s.inflight--
-	if err != nil {
-		if s.err == nil {
-			s.err = err
-		}
-		return
-	}
-	s.processes++
-	for k, i := range batch {
-		o := outs[k]
-		m := &s.ms[i]
-		m.Run += o.took
-		if o.ran {
-			s.runs++
-		}
-		switch o.verdict {
-		case passed:
-			m.Ran++
-			if s.at[i]++; s.at[i] == len(s.specs[i]) {
-				m.Status = Survived
-				s.report(i)
-			} else {
-				s.enqueue(i)
-			}
-		case Killed, TimedOut:
-			m.Ran++
-			m.Status, m.Detail = o.verdict, o.detail
-			s.report(i)
-		default:
-			if o.solo {
-				s.ms[i].Solo = true
-			}
-			if o.single {
-				s.single = true
-			}
-			s.enqueue(i)
-		}
-	}
-}
-
-// report prints the line of a judged mutant (called with s.mu held).
-func (s *scheduler) report(i int) {
-	s.done++
-	fmt.Fprintln(s.r.out, progress(s.done, s.total, s.ms[i]))
-}
-
-// verdict is what became of one run: passed, Killed or TimedOut, or notJudged (it runs again).
+// verdict is what became of one cell: passed, Killed or TimedOut.
 type verdict = Status
 
-const (
-	passed    verdict = "passed"
-	notJudged verdict = ""
-)
+// passed is the verdict of a cell whose spec passed under its mutant.
+const passed verdict = "passed"
 
-// runOutcome is one run of a batch.
-type runOutcome struct {
+// outcome is one judged cell.
+type outcome struct {
 	verdict verdict
 	detail  string
-	took    time.Duration
-	// ran says the run began; solo asks for it to run again alone in a process, single for every run
-	// after it (the suite runs a spec once however many runs are asked).
-	ran, solo, single bool
 }
 
-// watcher reads a test process's output as it comes: it keeps it, and passes each marker line
-// (mutant.Marker) to markers.
-type watcher struct {
-	mu      sync.Mutex
-	out     bytes.Buffer
-	partial []byte
-	markers chan mutant.Marker
-	all     []mutant.Marker
-	at      []time.Time
-}
-
-func (w *watcher) Write(b []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.out.Write(b)
-	w.partial = append(w.partial, b...)
-	for {
-		i := bytes.IndexByte(w.partial, '\n')
-		if i < 0 {
-			break
-		}
-		line := string(w.partial[:i])
-		w.partial = w.partial[i+1:]
-		if m, ok := mutant.ParseMarker(line); ok {
-			w.all = append(w.all, m)
-			w.at = append(w.at, time.Now())
-			select {
-			case w.markers <- m:
-			default:
-			}
-		}
-	}
-	return len(b), nil
-}
-
-// batch runs spec in one test process of the schema bin, a run for each mutant of batch (indices into ms),
-// each run limited to 3 times the spec's run alone (at least 2 minutes; -timeout when set), and judges
-// each run. Errors: the process could not run, or the command was interrupted.
-func (r *runner) batch(bin, spec string, batch []int, ms []Mutant) ([]runOutcome, error) {
-	n := len(batch)
-	ids := make([]string, n)
-	for k, i := range batch {
-		ids[k] = strconv.Itoa(ms[i].ID)
-	}
-	limit := r.timeout
-	if limit == 0 {
-		limit = max(3*r.alone[spec], 2*time.Minute)
-	}
-	dir, err := os.MkdirTemp(r.work, "batch-")
-	if err != nil {
-		return nil, err
-	}
-	defer os.RemoveAll(dir)
-	report := filepath.Join(dir, "suite.json")
-	total := time.Duration(n)*limit + time.Minute
-	args := []string{"-test.timeout=" + total.String(), "-ginkgo.timeout=" + total.String(), "-ginkgo.label-filter=" + r.labels,
-		"-ginkgo.focus=" + focus(r.description, []string{spec}), "-ginkgo.fail-on-empty", "-ginkgo.no-color", "-ginkgo.json-report=" + report}
-	ctx, cancel := context.WithCancel(r.ctx)
-	defer cancel()
-	w := &watcher{markers: make(chan mutant.Marker, 64)}
-	cmd := exec.Command(bin, args...)
-	cmd.Dir = r.dir
-	cmd.Env = append(os.Environ(), "ENSEMBLE_ARTIFACTS="+filepath.Join(dir, "artifacts"), mutant.Env+"="+strings.Join(ids, "|"))
-	cmd.Stdout, cmd.Stderr = w, w
-	// The watchdog ends the process when its current run passes the limit: that run timed out.
-	timedOut := 0
-	stop := make(chan struct{})
-	watchdog := make(chan struct{})
-	start := time.Now()
-	go func() {
-		defer close(watchdog)
-		run := 1
-		t := time.NewTimer(limit)
-		defer t.Stop()
-		for {
-			select {
-			case m := <-w.markers:
-				if m.Kind == mutant.Begins && m.Run > run {
-					run = m.Run
-					t.Reset(limit)
-				}
-			case <-t.C:
-				timedOut = run
-				cancel()
-				return
-			case <-stop:
-				return
-			}
-		}
-	}()
-	err = proc.Run(ctx, cmd)
-	end := time.Now()
-	close(stop)
-	<-watchdog
-	if r.ctx.Err() != nil {
-		return nil, errors.New("interrupted")
-	}
-	code, ok := proc.ExitCode(err)
-	if !ok && timedOut == 0 {
-		return nil, fmt.Errorf("%s: %w", filepath.Base(bin), err)
-	}
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	reports, repErr := ginkgoreport.Read(report)
-	return judgeBatch(spec, n, batchRun{code: code, timedOut: timedOut, reports: reports, reportErr: repErr,
-		markers: w.all, at: w.at, start: start, end: end, output: w.out.String()})
-}
-
-// batchRun is what a batch's process left: its exit code, the run the watchdog ended (0: none), its
-// report (or why there is none), its markers with the times they came, and its output.
-type batchRun struct {
-	code, timedOut int
-	reports        []types.Report
-	reportErr      error
-	markers        []mutant.Marker
-	at             []time.Time
-	start, end     time.Time
-	output         string
-}
-
-// judgeBatch turns a batch's process into each run's outcome. Ginkgo repeats the spec while it passes, so
-// the runs before the one the process ended in passed, and the ones after it were not reached. The run it
-// ended in failed (killed), ran past its limit (timed out), or could not begin because of the run before
-// it (not judged; the one before failed when its managers did not stop). A process that passed every run
-// and failed anyway (an AfterSuite, the suite's stop) cannot say which mutant failed it: each of its runs
-// goes again alone.
-func judgeBatch(spec string, n int, b batchRun) ([]runOutcome, error) {
-	outs := make([]runOutcome, n)
-	begun := 1
-	began := map[int]time.Time{1: b.start}
-	unjudged := map[int]string{}
-	failedAfter := map[int]string{}
-	for k, m := range b.markers {
-		switch m.Kind {
-		case mutant.Begins:
-			begun = max(begun, m.Run)
-			if m.Run > 1 {
-				began[m.Run] = b.at[k]
-			}
-		case mutant.Unjudged:
-			unjudged[m.Run] = m.Why
-		case mutant.FailedAfter:
-			failedAfter[m.Run] = m.Why
-		}
-	}
-	if b.timedOut > 0 {
-		begun = b.timedOut
-	}
-	// took is run k's share of the process: from its beginning to the next's, the last to the end.
-	for k := 1; k <= n; k++ {
-		if t, ok := began[k]; ok && k <= begun {
-			next, ok := began[k+1]
-			if !ok || k == begun {
-				next = b.end
-			}
-			outs[k-1].took, outs[k-1].ran = next.Sub(t), true
-		}
-	}
-	sr, found := ginkgoreport.It(b.reports, spec)
-	if b.reportErr == nil && !found {
-		return nil, fmt.Errorf("the suite's report has no spec %q: the focus selects none (%s)", spec, suiteFailure(b.reports, b.output))
-	}
-	ended := begun // the run the process ended in
-	failed := true
-	detail := ""
-	switch {
-	case b.reportErr == nil && found && sr.State.Is(types.SpecStatePassed):
-		if n > 1 && sr.MaxMustPassRepeatedly != n {
-			// The suite ran the spec once: run 1 is judged, the others run again, each alone.
-			outs[0].verdict = passed
-			for k := 1; k < n; k++ {
-				outs[k] = runOutcome{single: true}
-			}
-			return outs, nil
-		}
-		ended, failed = n, false
-		if b.code != 0 {
-			detail = suiteFailure(b.reports, b.output)
-			if n > 1 {
-				for k := range outs {
-					outs[k].verdict, outs[k].solo = notJudged, true
-				}
-				return outs, nil
-			}
-			failed = true
-		}
-	case b.reportErr == nil && found && sr.NumAttempts > 0:
-		ended = sr.NumAttempts
-		detail = fmt.Sprintf("[%s] %s: %s", strings.ToUpper(sr.State.String()), textout.Cut(spec, 100), firstLine(sr.Failure.Message))
-	case b.reportErr == nil:
-		// The spec never ran: BeforeSuite failed, under run 1's mutant.
-		ended, detail = 1, suiteFailure(b.reports, b.output)
-	default:
-		detail = deathDetail(b.code, b.output)
-	}
-	if b.timedOut > 0 {
-		// The run the watchdog ended, even when the report names the next: a run that hangs as its
-		// managers stop for the next has not handed over.
-		ended, failed = b.timedOut, true
-	}
-	ended = min(max(ended, 1), n)
-	for k := 1; k < ended; k++ {
-		outs[k-1].verdict = passed
-	}
-	if !failed {
-		outs[ended-1].verdict = passed
-		return outs, nil
-	}
-	switch {
-	case b.timedOut == ended:
-		outs[ended-1].verdict, outs[ended-1].detail = TimedOut, detail
-	case unjudged[ended] != "":
-		outs[ended-1].verdict = notJudged
-	case failedAfter[ended-1] != "":
-		outs[ended-2].verdict, outs[ended-2].detail = Killed, "[FAILED after its spec] "+failedAfter[ended-1]
-		outs[ended-1].verdict = notJudged
-	default:
-		outs[ended-1].verdict, outs[ended-1].detail = Killed, detail
-	}
-	return outs, nil
+// batchResult is what a batch's process says of its cells: the judged ones (a cell left out runs again
+// elsewhere), each cell's time, and whether each of its mutants must run again alone (solo: the process
+// failed with every run passing) or every run must (single: the suite ran a spec once when more runs were
+// asked for).
+type batchResult struct {
+	cells        map[cell]outcome
+	took         map[cell]time.Duration
+	solo, single bool
 }
 
 // suiteFailure names what failed a suite whose spec passed or never ran: a failed suite node, a special
@@ -606,4 +241,319 @@ func firstLine(s string) string {
 		}
 	}
 	return ""
+}
+
+// watcher reads a test process's output as it comes: it keeps it, and passes each marker line
+// (mutant.Marker) to markers, with the time it came.
+type watcher struct {
+	mu      sync.Mutex
+	out     bytes.Buffer
+	partial []byte
+	markers chan mutant.Marker
+	all     []mutant.Marker
+	at      []time.Time
+}
+
+func (w *watcher) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.out.Write(b)
+	w.partial = append(w.partial, b...)
+	for {
+		i := bytes.IndexByte(w.partial, '\n')
+		if i < 0 {
+			break
+		}
+		line := string(w.partial[:i])
+		w.partial = w.partial[i+1:]
+		if m, ok := mutant.ParseMarker(line); ok {
+			w.all = append(w.all, m)
+			w.at = append(w.at, time.Now())
+			select {
+			case w.markers <- m:
+			default:
+			}
+		}
+	}
+	return len(b), nil
+}
+
+// limit is the longest one run of spec may take: -timeout, else 3 times the spec's run alone (its boot
+// included), at least 2 minutes.
+func (r *runner) limit(spec string) time.Duration {
+	if r.timeout > 0 {
+		return r.timeout
+	}
+	return max(3*r.alone[spec], 2*time.Minute)
+}
+
+// run runs batch b in one test process of the schema bin and judges its cells. A watchdog ends the process
+// when its current run passes the limit of its spec: that run timed out. Errors: the process could not
+// run, the command was interrupted, or the report names none of the batch's specs.
+func (r *runner) run(bin string, b batch, ms []Mutant) (batchResult, error) {
+	n := len(b.mutants)
+	ids := make([]string, n)
+	for k, i := range b.mutants {
+		ids[k] = strconv.Itoa(ms[i].ID)
+	}
+	dir, err := os.MkdirTemp(r.work, "batch-")
+	if err != nil {
+		return batchResult{}, err
+	}
+	defer os.RemoveAll(dir)
+	report := filepath.Join(dir, "suite.json")
+	var total time.Duration
+	for _, spec := range b.specs {
+		total += time.Duration(n) * r.limit(spec)
+	}
+	total += time.Minute
+	args := []string{"-test.timeout=" + total.String(), "-ginkgo.timeout=" + total.String(), "-ginkgo.label-filter=" + r.labels,
+		"-ginkgo.focus=" + focus(r.description, b.specs), "-ginkgo.fail-on-empty", "-ginkgo.no-color", "-ginkgo.json-report=" + report}
+	env := []string{"ENSEMBLE_ARTIFACTS=" + filepath.Join(dir, "artifacts"), mutant.Env + "=" + strings.Join(ids, "|")}
+	switch {
+	case b.retry:
+		args = append(args, "-ginkgo.flake-attempts="+strconv.Itoa(n))
+		env = append(env, mutant.RetryEnv+"=1")
+	case n == 1:
+		// One mutant through its specs: the first that fails judges it.
+		args = append(args, "-ginkgo.fail-fast")
+	}
+	ctx, cancel := context.WithCancel(r.ctx)
+	defer cancel()
+	w := &watcher{markers: make(chan mutant.Marker, 256)}
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = r.dir
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Stdout, cmd.Stderr = w, w
+	var timedOut *cell
+	stop := make(chan struct{})
+	watchdog := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(watchdog)
+		current := cell{spec: b.specs[0], run: 1}
+		t := time.NewTimer(r.limit(current.spec))
+		defer t.Stop()
+		for {
+			select {
+			case m := <-w.markers:
+				if m.Kind == mutant.Begins && m.Spec != "" {
+					current = cell{spec: m.Spec, run: m.Run}
+					t.Reset(r.limit(m.Spec))
+				}
+			case <-t.C:
+				timedOut = &current
+				cancel()
+				return
+			case <-stop:
+				return
+			}
+		}
+	}()
+	err = proc.Run(ctx, cmd)
+	end := time.Now()
+	close(stop)
+	<-watchdog
+	if r.ctx.Err() != nil {
+		return batchResult{}, errors.New("interrupted")
+	}
+	code, ok := proc.ExitCode(err)
+	if !ok && timedOut == nil {
+		return batchResult{}, fmt.Errorf("%s: %w", filepath.Base(bin), err)
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	reports, repErr := ginkgoreport.Read(report)
+	return judgeBatch(b, process{code: code, timedOut: timedOut, reports: reports, reportErr: repErr,
+		markers: w.all, at: w.at, start: start, end: end, output: w.out.String()})
+}
+
+// process is what a batch's test process left: its exit code, the run the watchdog ended (nil: none), its
+// report (or why there is none), its markers with the times they came, and its output.
+type process struct {
+	code       int
+	timedOut   *cell
+	reports    []types.Report
+	reportErr  error
+	markers    []mutant.Marker
+	at         []time.Time
+	start, end time.Time
+	output     string
+}
+
+// judgeBatch judges each cell of a batch from its process. The report says, for each spec, how many runs
+// Ginkgo made (NumAttempts) and how the last ended: repeated while passing, the runs before the last
+// passed; retried while failing (b.retry), they failed. The markers say which run of which spec the process
+// was in when it hung (the watchdog's: timed out) or died without a report (killed), which run could not
+// begin for the run before's leftovers (not judged) and which failed after its spec as its managers would
+// not stop (killed; the run after it not judged). A process whose every run passed and that failed anyway
+// (an AfterSuite) asks for each mutant to run again alone; alone, that failure kills it.
+func judgeBatch(b batch, p process) (batchResult, error) {
+	res := batchResult{cells: map[cell]outcome{}, took: map[cell]time.Duration{}}
+	n := len(b.mutants)
+	unjudged := map[cell]bool{}
+	failedAfter := map[cell]string{}
+	ended := map[cell]string{}
+	var begun []cell
+	var began []time.Time
+	for k, m := range p.markers {
+		c := cell{spec: m.Spec, run: m.Run}
+		switch m.Kind {
+		case mutant.Begins:
+			if m.Spec != "" {
+				begun, began = append(begun, c), append(began, p.at[k])
+			}
+		case mutant.Ended:
+			ended[c] = m.Why
+		case mutant.Unjudged:
+			unjudged[c] = true
+		case mutant.FailedAfter:
+			failedAfter[c] = m.Why
+		}
+	}
+	// Each cell's time runs from its beginning to the next's; the first's from the process's start.
+	for k, c := range begun {
+		from, to := p.start, p.end
+		if k > 0 {
+			from = began[k]
+		}
+		if k+1 < len(begun) {
+			to = began[k+1]
+		}
+		res.took[c] += to.Sub(from)
+	}
+	set := func(c cell, v verdict, detail string) {
+		if c.run >= 1 && c.run <= n {
+			res.cells[c] = outcome{v, detail}
+		}
+	}
+	// last is the cell the process ended in: the watchdog's, else the last that began (the first spec's
+	// first run when none did: the process died booting, under run 1's mutant).
+	last := cell{spec: b.specs[0], run: 1}
+	if len(begun) > 0 {
+		last = begun[len(begun)-1]
+	}
+	if p.timedOut != nil {
+		last = *p.timedOut
+	}
+	if p.reportErr != nil {
+		// No report: the ended markers judge the runs that ended, and the one it ended in died (or hung).
+		for _, c := range begun {
+			switch {
+			case c == last:
+			case ended[c] == "passed":
+				set(c, passed, "")
+			case ended[c] == "failed":
+				set(c, Killed, "[FAILED] "+textout.Cut(c.spec, 100)+" (its report lost: the test process died in a later run)")
+			}
+		}
+		if p.timedOut != nil {
+			set(last, TimedOut, "[TIMEDOUT] "+textout.Cut(last.spec, 100)+": the run passed its limit, and its process was ended")
+		} else {
+			set(last, Killed, deathDetail(p.code, p.output))
+		}
+		return res, nil
+	}
+	anyRan, anyFailed := false, false
+	for _, spec := range b.specs {
+		sr, found := ginkgoreport.It(p.reports, spec)
+		if !found {
+			return res, fmt.Errorf("the suite's report has no spec %q: the focus selects none (%s)", spec, suiteFailure(p.reports, p.output))
+		}
+		k := sr.NumAttempts
+		if k == 0 {
+			continue // not run: the suite failed before it, or fail-fast skipped it
+		}
+		anyRan = true
+		if n > 1 && sr.MaxMustPassRepeatedly != n && sr.MaxFlakeAttempts != n {
+			// The suite ran the spec once (it does not hand suite.Runs() to Ginkgo): run 1 alone is judged.
+			res.single = true
+			if sr.State.Is(types.SpecStatePassed) {
+				set(cell{spec, 1}, passed, "")
+			}
+			continue
+		}
+		detail := fmt.Sprintf("[%s] %s: %s", strings.ToUpper(sr.State.String()), textout.Cut(spec, 100), firstLine(sr.Failure.Message))
+		if sr.MaxFlakeAttempts == n && n > 1 {
+			// Flake attempts: every run before the last failed, each with its failure kept.
+			for j := 1; j < k; j++ {
+				d := "[FAILED] " + textout.Cut(spec, 100)
+				if j-1 < len(sr.AdditionalFailures) {
+					msg := sr.AdditionalFailures[j-1].Failure.Message
+					if _, rest, ok := strings.Cut(msg, "\n"); ok {
+						msg = rest
+					}
+					d += ": " + firstLine(msg)
+				}
+				set(cell{spec, j}, Killed, d)
+			}
+		} else {
+			for j := 1; j < k; j++ {
+				set(cell{spec, j}, passed, "")
+			}
+		}
+		if sr.State.Is(types.SpecStatePassed) {
+			set(cell{spec, k}, passed, "")
+		} else {
+			anyFailed = true
+			set(cell{spec, k}, Killed, detail)
+		}
+	}
+	if !anyRan {
+		// No spec ran: BeforeSuite failed, under run 1's mutant (or hung, and the watchdog ended it).
+		v := Killed
+		if p.timedOut != nil {
+			v = TimedOut
+		}
+		set(last, v, suiteFailure(p.reports, p.output))
+		return res, nil
+	}
+	if p.timedOut != nil {
+		// The run the watchdog ended timed out, even when the report names the next one (a run that hangs
+		// as its managers stop for the next has not handed over); what Ginkgo made of the runs after it
+		// (interrupted) is no verdict.
+		o := res.cells[last]
+		o.verdict = TimedOut
+		if o.detail == "" {
+			o.detail = "[TIMEDOUT] " + textout.Cut(last.spec, 100) + ": the run passed its limit, and its process was ended"
+		}
+		res.cells[last] = o
+		keep := map[cell]bool{last: true}
+		for _, c := range begun {
+			if c == last {
+				break
+			}
+			keep[c] = true
+		}
+		for c := range res.cells {
+			if !keep[c] {
+				delete(res.cells, c)
+			}
+		}
+		return res, nil
+	}
+	for c := range unjudged {
+		delete(res.cells, c)
+	}
+	for c, why := range failedAfter {
+		set(c, Killed, "[FAILED after its spec] "+why)
+		// The run after it failed for it.
+		for k, b := range begun {
+			if b == c && k+1 < len(begun) {
+				delete(res.cells, begun[k+1])
+			}
+		}
+	}
+	if p.code != 0 && !anyFailed {
+		// Every run passed and the process failed: which run's mutant failed it is unknown.
+		if n > 1 {
+			return batchResult{cells: map[cell]outcome{}, took: res.took, solo: true}, nil
+		}
+		detail := suiteFailure(p.reports, p.output)
+		for c := range res.cells {
+			res.cells[c] = outcome{Killed, detail}
+			break
+		}
+	}
+	return res, nil
 }

@@ -3,6 +3,7 @@ package mutate
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,100 +13,134 @@ import (
 	"github.com/ensembletest/ensemble/suite/mutant"
 )
 
-// Each way a batch's process ends judges each of its runs: the runs before the one it ended in passed, the
-// ones after it were not reached, and that one is judged by how it ended.
+// Each way a batch's process ends judges each of its cells (a run of a spec under one mutant): repeated
+// while passing, the runs before the last passed; retried while failing, they failed; the markers say
+// where a process that hung or died was, which run could not begin for the one before, and which failed
+// after its spec.
 func TestJudgeBatch(t *testing.T) {
-	const spec = "pool scales"
-	it := func(state types.SpecState, attempts, repeat int, msg string) []types.Report {
-		sr := types.SpecReport{LeafNodeType: types.NodeTypeIt, ContainerHierarchyTexts: []string{"pool"}, LeafNodeText: "scales",
-			State: state, NumAttempts: attempts, MaxMustPassRepeatedly: repeat}
+	const a, b = "pool scales", "pool drains"
+	it := func(spec string, state types.SpecState, attempts, repeat, retry int, msg string, more ...string) types.SpecReport {
+		sr := types.SpecReport{LeafNodeType: types.NodeTypeIt, LeafNodeText: spec, State: state, NumAttempts: attempts,
+			MaxMustPassRepeatedly: repeat, MaxFlakeAttempts: retry}
 		sr.Failure.Message = msg
-		return []types.Report{{SuiteDescription: "s", SpecReports: types.SpecReports{sr}}}
+		for k, m := range more {
+			sr.AdditionalFailures = append(sr.AdditionalFailures, types.AdditionalFailure{Failure: types.Failure{Message: fmt.Sprintf("Failure recorded during attempt %d:\n%s", k+1, m)}})
+		}
+		return sr
 	}
-	begins := func(runs ...int) []mutant.Marker {
+	reports := func(srs ...types.SpecReport) []types.Report {
+		return []types.Report{{SuiteDescription: "s", SpecReports: srs}}
+	}
+	marks := func(ms ...string) []mutant.Marker {
 		var out []mutant.Marker
-		for _, r := range runs {
-			out = append(out, mutant.Marker{Run: r, Kind: mutant.Begins, Mutant: 10 + r})
+		for _, m := range ms {
+			mk, ok := mutant.ParseMarker(`ensemble mutant: run ` + m)
+			if !ok {
+				t.Fatalf("bad marker %q", m)
+			}
+			out = append(out, mk)
 		}
 		return out
 	}
-	beforeSuite := it(types.SpecStateSkipped, 0, 3, "")
-	beforeSuite[0].SpecReports = append(beforeSuite[0].SpecReports, types.SpecReport{LeafNodeType: types.NodeTypeBeforeSuite, State: types.SpecStateFailed,
-		Failure: types.Failure{Message: "boot failed\nmore"}})
+	beforeSuite := reports(it(a, types.SpecStateSkipped, 0, 3, 0, ""),
+		types.SpecReport{LeafNodeType: types.NodeTypeBeforeSuite, State: types.SpecStateFailed, Failure: types.Failure{Message: "boot failed\nmore"}})
+	three := batch{specs: []string{a}, mutants: []int{0, 1, 2}}
+	retry := batch{specs: []string{a}, mutants: []int{0, 1, 2}, retry: true}
+	grid := batch{specs: []string{a, b}, mutants: []int{0, 1, 2}}
 	for _, tc := range []struct {
 		name string
-		n    int
-		b    batchRun
-		want string // each run's verdict, "-" for not judged, * for a request to run alone again, 1 for one a process
-		// detail is part of the judged run's detail.
-		detail string
+		b    batch
+		p    process
+		// want lists the judged cells as spec-initial, run and verdict (P, K, T), in order; solo or single
+		// when the batch asks for its mutants to run again alone.
+		want   string
+		detail string // part of a killed cell's detail
 	}{
-		{"every run passes", 3, batchRun{reports: it(types.SpecStatePassed, 3, 3, ""), markers: begins(1, 2, 3)}, "passed passed passed", ""},
-		{"run 2 fails", 3, batchRun{code: 1, reports: it(types.SpecStateFailed, 2, 3, "Expected 3\nto equal 4"), markers: begins(1, 2)},
-			"passed KILLED -", "[FAILED] pool scales: Expected 3"},
-		{"the process dies in run 2", 3, batchRun{code: 2, reportErr: errors.New("none"), markers: begins(1, 2),
-			output: "ok\npanic: runtime error: index out of range [0] with length 0\n"}, "passed KILLED -", "panic: runtime error: index out of range"},
-		{"the process dies before any marker", 3, batchRun{code: 2, reportErr: errors.New("none")}, "KILLED - -", "exited 2 without a report"},
-		{"run 2 runs past its limit", 3, batchRun{code: 1, timedOut: 2, reports: it(types.SpecStateInterrupted, 2, 3, "interrupted"), markers: begins(1, 2)},
-			"passed TIMED OUT -", "interrupted"},
+		{"every run passes", three, process{reports: reports(it(a, types.SpecStatePassed, 3, 3, 0, ""))}, "a1P a2P a3P", ""},
+		{"run 2 fails", three, process{code: 1, reports: reports(it(a, types.SpecStateFailed, 2, 3, 0, "Expected 3\nto equal 4"))},
+			"a1P a2K", "[FAILED] pool scales: Expected 3"},
+		{"retried while failing: runs 1 and 2 fail, 3 passes", retry, process{reports: reports(it(a, types.SpecStatePassed, 3, 0, 3, "", "Expected 1", "Expected 2"))},
+			"a1K a2K a3P", "[FAILED] pool scales: Expected 2"},
+		{"retried while failing: every run fails", retry, process{code: 1, reports: reports(it(a, types.SpecStateFailed, 3, 0, 3, "Expected 3", "Expected 1", "Expected 2"))},
+			"a1K a2K a3K", "Expected 3"},
+		{"a grid: a's run 2 fails, b's runs pass", grid, process{code: 1, reports: reports(it(a, types.SpecStateFailed, 2, 3, 0, "Expected"), it(b, types.SpecStatePassed, 3, 3, 0, ""))},
+			"a1P a2K b1P b2P b3P", "[FAILED] pool scales"},
+		{"the process dies in run 2", three, process{code: 2, reportErr: errors.New("none"),
+			markers: marks(`1 of "pool scales" begins (mutant 1)`, `1 of "pool scales" ended: passed`, `2 of "pool scales" begins (mutant 2)`),
+			output:  "ok\n••panic: runtime error: index out of range [0] with length 0\n"}, "a1P a2K", "panic: runtime error: index out of range"},
+		{"the process dies in b after a's run 2 failed", grid, process{code: 2, reportErr: errors.New("none"),
+			markers: marks(`1 of "pool scales" begins (mutant 1)`, `1 of "pool scales" ended: passed`, `2 of "pool scales" begins (mutant 2)`,
+				`2 of "pool scales" ended: failed`, `1 of "pool drains" begins (mutant 1)`),
+			output: "fatal error: concurrent map writes"}, "a1P a2K b1K", "fatal error: concurrent map writes"},
+		{"the process dies booting", three, process{code: 2, reportErr: errors.New("none"), markers: marks(`1 of "" begins (mutant 1)`)}, "a1K", "exited 2 without a report"},
+		{"run 2 runs past its limit", three, process{code: 1, timedOut: &cell{a, 2}, reports: reports(it(a, types.SpecStateInterrupted, 2, 3, 0, "interrupted")),
+			markers: marks(`1 of "pool scales" begins (mutant 1)`, `2 of "pool scales" begins (mutant 2)`)}, "a1P a2T", "interrupted"},
 		// A run that hangs while its managers stop for the next is the one that timed out, though the report
 		// names the next.
-		{"run 1 hangs stopping", 3, batchRun{code: 1, timedOut: 1, reports: it(types.SpecStateInterrupted, 2, 3, "interrupted"), markers: begins(1)},
-			"TIMED OUT - -", ""},
-		{"run 2 finds run 1's leftovers", 3, batchRun{code: 1, reports: it(types.SpecStateFailed, 2, 3, "left something behind"),
-			markers: append(begins(1), mutant.Marker{Run: 2, Kind: mutant.Unjudged, Why: "Pod/p is still in namespace ns-1"})}, "passed - -", ""},
-		{"run 1's managers do not stop", 3, batchRun{code: 1, reports: it(types.SpecStateFailed, 2, 3, "stopping"),
-			markers: append(begins(1), mutant.Marker{Run: 1, Kind: mutant.FailedAfter, Why: "stopping manager op: timeout"})},
-			"KILLED - -", "[FAILED after its spec] stopping manager op"},
-		{"every run passes, the suite fails", 3, batchRun{code: 1, reports: it(types.SpecStatePassed, 3, 3, ""), markers: begins(1, 2, 3)}, "* * *", ""},
-		{"the one run passes, the suite fails", 1, batchRun{code: 1, reports: it(types.SpecStatePassed, 1, 0, ""), output: "[FAIL] [AfterSuite] sentinel changed"},
-			"KILLED", "sentinel changed"},
-		{"the suite runs a spec once", 3, batchRun{reports: it(types.SpecStatePassed, 1, 0, ""), markers: begins(1)}, "passed 1 1", ""},
-		{"BeforeSuite fails", 3, batchRun{code: 1, reports: beforeSuite, markers: begins(1)}, "KILLED - -", "boot failed"},
+		{"run 1 hangs stopping", three, process{code: 1, timedOut: &cell{a, 1}, reports: reports(it(a, types.SpecStateInterrupted, 2, 3, 0, "interrupted")),
+			markers: marks(`1 of "pool scales" begins (mutant 1)`)}, "a1T", ""},
+		{"run 2 finds run 1's leftovers", three, process{code: 1, reports: reports(it(a, types.SpecStateFailed, 2, 3, 0, "left something behind")),
+			markers: marks(`1 of "pool scales" begins (mutant 1)`, `2 of "pool scales" unjudged: Pod/p is still in namespace ns-1`)}, "a1P", ""},
+		{"run 1's managers do not stop", three, process{code: 1, reports: reports(it(a, types.SpecStateFailed, 2, 3, 0, "stopping")),
+			markers: marks(`1 of "pool scales" begins (mutant 1)`, `1 of "pool scales" failed after its spec: stopping manager op: timeout`, `2 of "pool scales" begins (mutant 2)`)},
+			"a1K", "[FAILED after its spec] stopping manager op"},
+		{"every run passes, the suite fails", three, process{code: 1, reports: reports(it(a, types.SpecStatePassed, 3, 3, 0, ""))}, "solo", ""},
+		{"the one run passes, the suite fails", batch{specs: []string{a}, mutants: []int{0}},
+			process{code: 1, reports: reports(it(a, types.SpecStatePassed, 1, 0, 0, "")), output: "[FAIL] [AfterSuite] sentinel changed"}, "a1K", "sentinel changed"},
+		{"the suite runs a spec once", three, process{reports: reports(it(a, types.SpecStatePassed, 1, 0, 0, ""))}, "a1P single", ""},
+		{"BeforeSuite fails", three, process{code: 1, reports: beforeSuite}, "a1K", "boot failed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.b.start = time.Unix(100, 0)
-			tc.b.end = tc.b.start.Add(time.Duration(len(tc.b.markers)+1) * time.Second)
-			for k := range tc.b.markers {
-				tc.b.at = append(tc.b.at, tc.b.start.Add(time.Duration(k)*time.Second))
+			tc.p.start = time.Unix(100, 0)
+			tc.p.end = tc.p.start.Add(time.Duration(len(tc.p.markers)+1) * time.Second)
+			for k := range tc.p.markers {
+				tc.p.at = append(tc.p.at, tc.p.start.Add(time.Duration(k)*time.Second))
 			}
-			outs, err := judgeBatch(spec, tc.n, tc.b)
+			res, err := judgeBatch(tc.b, tc.p)
 			if err != nil {
 				t.Fatal(err)
 			}
 			var got []string
 			detail := ""
-			for _, o := range outs {
-				v := string(o.verdict)
-				switch {
-				case o.solo:
-					v = "*"
-				case o.single:
-					v = "1"
-				case v == "":
-					v = "-"
-				}
-				got = append(got, v)
-				if o.detail != "" {
-					detail = o.detail
+			for _, spec := range tc.b.specs {
+				for run := 1; run <= len(tc.b.mutants); run++ {
+					o, ok := res.cells[cell{spec, run}]
+					if !ok {
+						continue
+					}
+					got = append(got, fmt.Sprintf("%c%d%c", spec[5], run, strings.ToUpper(string(o.verdict))[0]))
+					if o.detail != "" {
+						detail = o.detail
+					}
 				}
 			}
+			got = slices.DeleteFunc(got, func(s string) bool { return s == "" })
+			for i, g := range got {
+				got[i] = strings.NewReplacer("s", "a", "d", "b").Replace(g[:1]) + g[1:]
+			}
+			if res.solo {
+				got = append(got, "solo")
+			}
+			if res.single {
+				got = append(got, "single")
+			}
 			if g := strings.Join(got, " "); g != tc.want {
-				t.Errorf("verdicts %q, want %q", g, tc.want)
+				t.Errorf("cells %q, want %q", g, tc.want)
 			}
 			if !strings.Contains(detail, tc.detail) {
 				t.Errorf("detail %q, want it to hold %q", detail, tc.detail)
 			}
 		})
 	}
-	// A report without the spec is the command's error (a focus that selects nothing), never a kill.
-	if _, err := judgeBatch(spec, 2, batchRun{reports: []types.Report{{SpecialSuiteFailureReasons: []string{"Found no specs"}}}}); err == nil {
+	// A report without a spec of the batch is the command's error (a focus that selects nothing), never a kill.
+	if _, err := judgeBatch(three, process{reports: []types.Report{{SpecialSuiteFailureReasons: []string{"Found no specs"}}}}); err == nil {
 		t.Error("a report without the spec: no error")
 	}
-	// Each run's time runs from its marker to the next one's.
-	outs, _ := judgeBatch(spec, 3, batchRun{reports: it(types.SpecStatePassed, 3, 3, ""), markers: begins(1, 2, 3), start: time.Unix(0, 0),
-		at: []time.Time{time.Unix(0, 0), time.Unix(5, 0), time.Unix(7, 0)}, end: time.Unix(10, 0)})
-	if got := fmt.Sprint(outs[0].took, outs[1].took, outs[2].took); got != "5s 2s 3s" {
+	// Each run's time runs from its marker to the next one's, the first's from the process's start.
+	res, _ := judgeBatch(three, process{reports: reports(it(a, types.SpecStatePassed, 3, 3, 0, "")), start: time.Unix(0, 0), end: time.Unix(10, 0),
+		markers: marks(`1 of "pool scales" begins (mutant 1)`, `2 of "pool scales" begins (mutant 2)`, `3 of "pool scales" begins (mutant 3)`),
+		at:      []time.Time{time.Unix(1, 0), time.Unix(5, 0), time.Unix(7, 0)}})
+	if got := fmt.Sprint(res.took[cell{a, 1}], res.took[cell{a, 2}], res.took[cell{a, 3}]); got != "5s 2s 3s" {
 		t.Errorf("run times %s, want 5s 2s 3s", got)
 	}
 }

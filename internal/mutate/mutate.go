@@ -17,11 +17,31 @@
 //     envtest, -j at a time) with a coverage profile of its own. Every spec must pass alone: together they
 //     are the baseline. A mutant on a position no spec runs is "not covered" without a run.
 //  2. With -base REV, only mutants on lines `git diff -U0 REV` added or changed (uncommitted ones included).
-//  3. Each covered mutant (-max N: an evenly spaced sample of N): the token replaced in a copy of its file
-//     under a temporary directory, the suite compiled with `go test -c -overlay` (so no file of the
-//     checkout is ever written), then run focused on the specs that cover the mutant's position, with
-//     -ginkgo.fail-fast. A failing run kills the mutant, a passing one lets it survive, a package that no
-//     longer builds makes it not viable, a run past -timeout times out (counted as killed).
+//  3. The mutant schema: the packages under -pkg are loaded with their types (go/packages), and each covered
+//     mutant (-max N: an evenly spaced sample of N) is type-checked with its token replaced: one the
+//     compiler would refuse is not viable, without a build. Every other mutant's position is rewritten,
+//     in one copy of its file under a temporary directory, into a switch of package suite/mutant that
+//     applies the original operator or a mutant's by the mutant active at run time (a generic call such as
+//     mutant.Ordered(a, b, mutant.LSS, mutant.Alt{ID: 7, Op: mutant.LEQ}), whose arguments Go evaluates
+//     once and in order as it evaluates the operands; a closure for a comparison whose operands' type Go
+//     cannot infer; an if/else for an increment, an assignment or a branch). Mutants of one position
+//     share its switch. The suite is compiled once with the rewritten files overlaid (go test -c
+//     -overlay, so no file of the checkout is ever written).
+//  4. The runs: one test process runs one spec, once for each of up to 10 mutants, ENSEMBLE_MUTANTS naming
+//     the mutant of each run; the harness makes the next one active between runs, after the previous run's
+//     manager instances stopped and before the fresh ones start (suite.Runs, mutant.Begin), so the control
+//     plane boots once for them. A mutant goes through the specs that cover its position, fastest alone
+//     first, until one fails it (killed) or all have passed (survived). Ginkgo repeats a spec only while it
+//     passes, so a failing run ends its process, and the runs after it start again in another; a run past
+//     -timeout is timed out (counted as killed) and its process ended, the runs after it again elsewhere
+//     (the process writes a line to stderr as each run begins, so the command knows which run hung or
+//     died). A run that could not begin because the one before left something behind is run again; a
+//     process that passed every run and failed anyway (its AfterSuite) runs each of them again alone. A
+//     mutant evaluated while its package initialises (a package-level variable, an init func) is the only
+//     run of its process, active from the start.
+//  5. A mutant the schema cannot hold (a constant expression, which a call would make a variable one; a
+//     shift; a switch that does not type-check) is compiled alone with its token replaced and runs its
+//     covering specs with -ginkgo.fail-fast, as every mutant once did; the output names each and why.
 //
 // Mutants in generated files (a "Code generated ... DO NOT EDIT." header) are left out. A survivor is a
 // question about the suite: what behaviour of the operator changed without any spec noticing.
@@ -69,9 +89,11 @@ const about = About + `.
 
 Run it from the module's root: -pkg and -suite are relative to it. gremlins ` + GremlinsVersion + ` lists the
 mutants; without -gremlins it is installed once (go install) under the user's cache directory. Each spec the
-label filter selects first runs alone with -coverpkg (all must pass), then each covered mutant is compiled
-with go test -c -overlay (no file of the checkout is written) and runs only the specs that cover its
-position. It prints killed, survived, not covered per file, the score and the survivors.`
+label filter selects first runs alone with -coverpkg (all must pass). Then every covered mutant's position
+is rewritten into a switch of suite/mutant, the suite is compiled once with go test -c -overlay (no file of
+the checkout is written), and each mutant runs only the specs that cover its position, a run of one spec
+each, up to 10 runs (mutants) of a spec in one test process. A mutant the switches cannot hold is compiled
+alone, as before. It prints killed, survived, not covered per file, the score and the survivors.`
 
 // GremlinsVersion is the gremlins release whose dry run lists the mutants (mutations copies its token
 // replacements); the one installed when -gremlins is not given.
@@ -103,12 +125,12 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.pkg, "pkg", "", "package directory to mutate, relative to the module root (its subpackages too); required")
 	fs.StringVar(&c.base, "base", "", "only mutants on lines changed since this git revision")
 	fs.IntVar(&c.max, "max", 0, "run at most this many covered mutants, evenly spaced (0: all)")
-	fs.IntVar(&c.jobs, "j", 1, "specs (per-spec coverage) or mutants run at once")
+	fs.IntVar(&c.jobs, "j", 1, "test processes run at once (per-spec coverage, the mutants' runs)")
 	fs.StringVar(&c.labels, "labels", "", "Ginkgo label filter of the specs that judge the mutants (default: the operator's name for a package under operators/, else every spec)")
 	fs.StringVar(&c.suite, "suite", ".", "the test package that judges the mutants, relative to the module root")
 	fs.StringVar(&c.gremlins, "gremlins", "", "the gremlins "+GremlinsVersion+" binary (default: installed once under the user's cache directory)")
 	fs.BoolVar(&c.list, "list", false, "print the mutants -pkg and -base select, and stop before any suite run")
-	fs.DurationVar(&c.timeout, "timeout", 0, "per-mutant limit on the suite's run (0: 3 times the sum of its specs' runs alone, at least 2m)")
+	fs.DurationVar(&c.timeout, "timeout", 0, "limit on one run of a spec under a mutant (0: 3 times the spec's run alone, at least 2m); for a mutant compiled alone, on its run of all its specs (0: 3 times their sum)")
 	cmdline.Usage(fs, Synopsis, about)
 	if code, ok := cmdline.Parsed(fs, args, makeVars, stderr, 1, func() error {
 		if c.pkg != "" {

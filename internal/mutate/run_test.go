@@ -130,7 +130,7 @@ func TestMutateWithAFakeSuite(t *testing.T) {
 			t.Errorf("the output does not say %q:\n%s", s, out.String())
 		}
 	}
-	if t.Failed() {
+	if t.Failed() || testing.Verbose() {
 		t.Log(out.String())
 	}
 }

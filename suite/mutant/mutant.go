@@ -6,7 +6,9 @@
 // The active mutant is a process-wide number, 0 for none. The test process reads Env, the mutant of each
 // run of a spec in the process, at its start (the first run's is active from this package's init, so the
 // mutated package's own initialisation sees it), and the harness makes the next one active between runs
-// (Begin), once the previous run's manager instances have stopped and before the fresh ones start.
+// (Begin), once the previous run's manager instances have stopped and before the fresh ones start. Each
+// run's beginning and end are lines on stderr (Marker), from which ensemble mutate knows which run of which
+// spec a process that hung or died was in.
 //
 // The package imports the standard library only: code that ensemble mutate rewrites imports it through its
 // module's require of ensemble, and production code never does.
@@ -18,18 +20,36 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 )
 
-// Env names the variable ensemble mutate sets on a test process: the mutant active in each run of a spec,
-// in run order, as decimal IDs separated by "|" ("12|7|30": three runs). An ID is 1 or more.
+// Env names the variable ensemble mutate sets on a test process: the mutant of each run of a spec, in
+// run order, as decimal IDs separated by "|" ("12|7|30": three runs). An ID is 1 or more. Every spec the
+// process runs gets these runs.
 const Env = "ENSEMBLE_MUTANTS"
+
+// RetryEnv names the variable ensemble mutate sets (to 1) beside Env when the process's runs are Ginkgo's
+// flake attempts (-ginkgo.flake-attempts), which repeat a spec while it fails and stop at the first run
+// that passes; without it they are MustPassRepeatedly's, which repeat a spec while it passes (suite.Runs).
+const RetryEnv = "ENSEMBLE_MUTANTS_RETRY"
 
 // active is the mutant the switches apply now; 0 applies none.
 var active atomic.Int64
 
+var (
+	mu sync.Mutex
+	// began says a run of a spec has begun in this process (Mark or Begin); failed are the mutants whose
+	// runs failed in it (End).
+	began  bool
+	failed = map[int]bool{}
+)
+
 func init() {
-	_ = Begin(1)
+	if runs, err := Runs(); err == nil && len(runs) > 0 {
+		Activate(runs[0])
+		Note(Marker{Run: 1, Kind: Begins, Mutant: runs[0]})
+	}
 }
 
 // Parse reads a value of Env: nil for "". Errors: an ID that is no decimal number of 1 or more.
@@ -53,6 +73,9 @@ func Runs() ([]int, error) {
 	return Parse(os.Getenv(Env))
 }
 
+// Retrying says the runs are flake attempts (RetryEnv is set).
+func Retrying() bool { return os.Getenv(RetryEnv) != "" }
+
 // Active is the mutant the switches apply now, 0 for none.
 func Active() int { return int(active.Load()) }
 
@@ -62,10 +85,31 @@ func On(id int) bool { return int(active.Load()) == id }
 // Activate makes id the active mutant (0: none).
 func Activate(id int) { active.Store(int64(id)) }
 
-// Begin makes the mutant of run (from 1) active and writes a Marker saying so to stderr, where ensemble
-// mutate reads which run the process is in. Without Env it does nothing. Errors: Env does not parse, or
-// gives fewer runs.
-func Begin(run int) error {
+// Began says a run of a spec has begun in this process (Mark or Begin): every run after the first makes
+// its mutant active, once the run before it has stopped its manager instances.
+func Began() bool {
+	mu.Lock()
+	defer mu.Unlock()
+	return began
+}
+
+// Mark writes the Marker of run (from 1) of spec beginning under the mutant already active: the process's
+// first run, whose mutant init made active. Without Env it does nothing.
+func Mark(spec string, run int) {
+	mu.Lock()
+	began = true
+	mu.Unlock()
+	if os.Getenv(Env) != "" {
+		Note(Marker{Spec: spec, Run: run, Kind: Begins, Mutant: Active()})
+	}
+}
+
+// Begin makes the mutant of run (from 1) of spec active and writes a Marker saying so to stderr, where
+// ensemble mutate reads which run the process is in. A mutant whose run failed earlier in the process
+// (End) is not made active again: its run applies none, so that it passes and the spec goes on to the runs
+// after it (ensemble mutate has already judged that mutant). Without Env it does nothing. Errors: Env does
+// not parse, or gives fewer runs.
+func Begin(spec string, run int) error {
 	runs, err := Runs()
 	switch {
 	case err != nil:
@@ -75,9 +119,33 @@ func Begin(run int) error {
 	case run < 1 || run > len(runs):
 		return fmt.Errorf("%s gives %d runs, and run %d is beginning", Env, len(runs), run)
 	}
-	Activate(runs[run-1])
-	Note(Marker{Run: run, Kind: Begins, Mutant: runs[run-1]})
+	id := runs[run-1]
+	mu.Lock()
+	began = true
+	if failed[id] {
+		id = 0
+	}
+	mu.Unlock()
+	Activate(id)
+	Note(Marker{Spec: spec, Run: run, Kind: Begins, Mutant: id})
 	return nil
+}
+
+// End records the end of run (from 1) of spec, after its cleanup, and whether it failed, and writes its
+// Marker. Without Env it does nothing.
+func End(spec string, run int, runFailed bool) {
+	runs, err := Runs()
+	if err != nil || run < 1 || run > len(runs) {
+		return
+	}
+	verdict := "passed"
+	if runFailed {
+		verdict = "failed"
+		mu.Lock()
+		failed[runs[run-1]] = true
+		mu.Unlock()
+	}
+	Note(Marker{Spec: spec, Run: run, Kind: Ended, Why: verdict})
 }
 
 // Note writes m to stderr on a line of its own, when Env is set.
@@ -91,8 +159,11 @@ func Note(m Marker) {
 type MarkerKind string
 
 const (
-	// Begins: the run's mutant is active and its spec is about to run.
+	// Begins: the run's mutant is active (Mutant; 0 for a mutant whose run failed earlier in the process)
+	// and its spec is about to run.
 	Begins MarkerKind = "begins"
+	// Ended: the run's case was cleaned up; Why is "passed" or "failed".
+	Ended MarkerKind = "ended"
 	// Unjudged: the run could not begin for a reason that is not its mutant's (the run before it left
 	// something behind); ensemble mutate runs that mutant again in another process.
 	Unjudged MarkerKind = "unjudged"
@@ -101,28 +172,32 @@ const (
 	FailedAfter MarkerKind = "failed after its spec"
 )
 
-// Marker is a line the test process writes for ensemble mutate about one run.
+// Marker is a line the test process writes for ensemble mutate about one run of a spec.
 type Marker struct {
-	// Run is the run, from 1; Mutant its mutant (set for Begins).
+	// Spec is the spec's full text ("" in the line init writes, before any spec); Run the run, from 1;
+	// Mutant the mutant made active (Begins).
+	Spec        string
 	Run, Mutant int
 	Kind        MarkerKind
-	// Why is the reason of Unjudged and FailedAfter, on one line.
+	// Why is the verdict of Ended and the reason of Unjudged and FailedAfter, on one line.
 	Why string
 }
 
 // markerPrefix starts every marker line.
 const markerPrefix = "ensemble mutant: run "
 
-// String is the marker's line: "ensemble mutant: run 3 begins (mutant 17)", "ensemble mutant: run 3
-// unjudged: why", "ensemble mutant: run 2 failed after its spec: why".
+// String is the marker's line: `ensemble mutant: run 3 of "spec" begins (mutant 17)`, `ensemble mutant:
+// run 3 of "spec" ended: passed`, `ensemble mutant: run 3 of "spec" unjudged: why`, `ensemble mutant: run
+// 2 of "spec" failed after its spec: why`.
 func (m Marker) String() string {
+	head := fmt.Sprintf("%s%d of %s %s", markerPrefix, m.Run, strconv.Quote(m.Spec), m.Kind)
 	if m.Kind == Begins {
-		return fmt.Sprintf("%s%d %s (mutant %d)", markerPrefix, m.Run, m.Kind, m.Mutant)
+		return fmt.Sprintf("%s (mutant %d)", head, m.Mutant)
 	}
-	return fmt.Sprintf("%s%d %s: %s", markerPrefix, m.Run, m.Kind, strings.Join(strings.Fields(m.Why), " "))
+	return head + ": " + strings.Join(strings.Fields(m.Why), " ")
 }
 
-// ParseMarker finds a marker in line (other output may precede it on the line, as Ginkgo's progress dots
+// ParseMarker finds a marker in line (other output may precede it on the line, as Ginkgo's progress marks
 // do); ok is false when the line holds none.
 func ParseMarker(line string) (m Marker, ok bool) {
 	i := strings.Index(line, markerPrefix)
@@ -130,13 +205,21 @@ func ParseMarker(line string) (m Marker, ok bool) {
 		return m, false
 	}
 	rest := line[i+len(markerPrefix):]
-	n, rest, _ := strings.Cut(rest, " ")
+	n, rest, _ := strings.Cut(rest, " of ")
 	run, err := strconv.Atoi(n)
 	if err != nil {
 		return m, false
 	}
+	quoted, err := strconv.QuotedPrefix(rest)
+	if err != nil {
+		return m, false
+	}
 	m.Run = run
-	for _, k := range []MarkerKind{Begins, Unjudged, FailedAfter} {
+	if m.Spec, err = strconv.Unquote(quoted); err != nil {
+		return Marker{}, false
+	}
+	rest = strings.TrimPrefix(rest[len(quoted):], " ")
+	for _, k := range []MarkerKind{Begins, Ended, Unjudged, FailedAfter} {
 		after, found := strings.CutPrefix(rest, string(k))
 		if !found {
 			continue

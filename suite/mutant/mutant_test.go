@@ -22,9 +22,11 @@ func TestParse(t *testing.T) {
 // A marker reads back as written, after whatever output came before it on its line.
 func TestMarkers(t *testing.T) {
 	for _, m := range []Marker{
-		{Run: 3, Kind: Begins, Mutant: 17},
-		{Run: 2, Kind: Unjudged, Why: "run 1 left Pod/p in namespace ns"},
-		{Run: 1, Kind: FailedAfter, Why: "stopping manager op: timeout"},
+		{Spec: `pool "scales" (2 -> 3)`, Run: 3, Kind: Begins, Mutant: 17},
+		{Run: 1, Kind: Begins, Mutant: 4},
+		{Spec: "pool scales", Run: 3, Kind: Ended, Why: "failed"},
+		{Spec: "pool scales", Run: 2, Kind: Unjudged, Why: "run 1 left Pod/p in namespace ns"},
+		{Spec: "pool scales", Run: 1, Kind: FailedAfter, Why: "stopping manager op: timeout"},
 	} {
 		for _, prefix := range []string{"", "•••"} {
 			got, ok := ParseMarker(prefix + m.String())
@@ -33,7 +35,8 @@ func TestMarkers(t *testing.T) {
 			}
 		}
 	}
-	for _, l := range []string{"ensemble mutant: run x begins (mutant 1)", "ensemble mutant: run 2 ends", "PASS", "ensemble mutant: run 2 begins"} {
+	for _, l := range []string{`ensemble mutant: run x of "s" begins (mutant 1)`, `ensemble mutant: run 2 of "s" ends`, "PASS",
+		`ensemble mutant: run 2 of "s" begins`, `ensemble mutant: run 2 of s begins (mutant 1)`} {
 		if m, ok := ParseMarker(l); ok {
 			t.Errorf("ParseMarker(%q) = %+v", l, m)
 		}
@@ -70,18 +73,30 @@ func TestSwitchesPickTheActiveMutantsOperator(t *testing.T) {
 	}
 }
 
-// Begin activates its run's mutant from Env; without Env it does nothing.
+// Begin activates its run's mutant from Env, none for a mutant whose run failed in the process; without
+// Env it does nothing.
 func TestBegin(t *testing.T) {
 	defer Activate(0)
 	t.Setenv(Env, "")
-	if err := Begin(2); err != nil || Active() != 0 {
+	if err := Begin("s", 2); err != nil || Active() != 0 {
 		t.Errorf("Begin without %s: %v, active %d", Env, err, Active())
 	}
-	t.Setenv(Env, "8|9")
-	if err := Begin(2); err != nil || Active() != 9 {
-		t.Errorf("Begin(2) of 8|9: %v, active %d, want 9", err, Active())
+	t.Setenv(Env, "8|9|10")
+	if err := Begin("s", 2); err != nil || Active() != 9 {
+		t.Errorf("Begin(2) of 8|9|10: %v, active %d, want 9", err, Active())
 	}
-	if err := Begin(3); err == nil {
-		t.Error("Begin(3) of two runs: no error")
+	if err := Begin("s", 4); err == nil {
+		t.Error("Begin(4) of three runs: no error")
+	}
+	End("s", 2, true)
+	End("s", 3, false)
+	if err := Begin("t", 2); err != nil || Active() != 0 {
+		t.Errorf("Begin(2) of another spec after mutant 9 failed: %v, active %d, want 0", err, Active())
+	}
+	if err := Begin("t", 3); err != nil || Active() != 10 {
+		t.Errorf("Begin(3) after mutant 10 passed: %v, active %d, want 10", err, Active())
+	}
+	if !Began() {
+		t.Error("Began is false after Begin")
 	}
 }

@@ -1,6 +1,6 @@
 // Package calcsuite is a fake scenario suite for internal/mutate's end-to-end test: a Ginkgo suite over
 // package calc that runs each spec once per mutant of ENSEMBLE_MUTANTS, making the next one active
-// between runs, as the harness does (suite.Runs, mutant.Begin).
+// between runs and noting each run's end, as the harness does (suite.Runs, mutant.Begin, mutant.End).
 package calcsuite
 
 import (
@@ -16,7 +16,7 @@ import (
 func TestCalc(t *testing.T) {
 	RegisterFailHandler(Fail)
 	cfg, rep := GinkgoConfiguration()
-	if ids, _ := mutant.Runs(); len(ids) > 1 {
+	if ids, _ := mutant.Runs(); len(ids) > 1 && !mutant.Retrying() {
 		cfg.MustPassRepeatedly = len(ids)
 	}
 	RunSpecs(t, "calc suite", cfg, rep)
@@ -28,9 +28,12 @@ var attempts = map[string]int{}
 var _ = BeforeEach(func() {
 	name := CurrentSpecReport().FullText()
 	attempts[name]++
-	if n := attempts[name]; n > 1 {
-		Expect(mutant.Begin(n)).To(Succeed())
+	if !mutant.Began() {
+		mutant.Mark(name, attempts[name])
+	} else {
+		Expect(mutant.Begin(name, attempts[name])).To(Succeed())
 	}
+	DeferCleanup(func() { mutant.End(name, attempts[name], CurrentSpecReport().Failed()) })
 })
 
 var _ = Describe("calc", func() {

@@ -1,0 +1,203 @@
+package mutate
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// batchRuns is how many mutants one test process of the schema runs (a run each, of each of its specs).
+const batchRuns = 10
+
+// scheduler hands out the schema's batches and moves each mutant through the specs that cover it. A
+// mutant that has passed no spec yet waits at its fastest one, where most mutants that die die: a batch of
+// such mutants runs that one spec as flake attempts, which go on past each run that kills its mutant and
+// stop at the first that passes (repeated while passing, every kill would end the process, and the runs
+// after it would pay for a boot of their own). A mutant that has passed a spec is likely a survivor: a
+// batch of such mutants (with the same specs left) runs all their specs in one process, each spec once per
+// mutant while they pass. A mutant killed in one spec of such a process has no mutant active in the specs
+// after (mutant.Begin), so that it does not end their runs early.
+type scheduler struct {
+	r  *runner
+	ms []Mutant
+	// left are each mutant's specs still to pass, fastest alone first; passed says it has passed one.
+	left   map[int][]string
+	passed map[int]bool
+	// first holds the mutants waiting at their first spec, by spec; later those waiting for the rest of
+	// theirs, by the specs' key (specsKey); solo those that run alone in a process.
+	first map[string][]int
+	later map[string][]int
+	solo  []int
+	// single is set once the suite turns out to run a spec once however many runs are asked for: every
+	// mutant then runs alone.
+	single bool
+
+	mu       sync.Mutex
+	cond     *sync.Cond
+	inflight int
+	err      error
+	done     int
+	total    int
+	// processes and runs count the test processes and the runs they made.
+	processes, runs int
+}
+
+// specsKey is a set of specs as a map key.
+func specsKey(specs []string) string { return strings.Join(specs, "\x00") }
+
+// schemaRuns judges the schema mutants of todo with the compiled schema bin, r.jobs processes at once,
+// printing a line as each is judged (done of total so far).
+func (r *runner) schemaRuns(bin string, ms []Mutant, todo []int, done *int, total int) (processes, runs int, err error) {
+	s := &scheduler{r: r, ms: ms, left: map[int][]string{}, passed: map[int]bool{}, first: map[string][]int{}, later: map[string][]int{}, total: total}
+	s.cond = sync.NewCond(&s.mu)
+	s.done = *done
+	for _, i := range todo {
+		if ms[i].ID == 0 || ms[i].Status != NotRun {
+			continue
+		}
+		specs := slices.Clone(ms[i].Specs)
+		slices.SortStableFunc(specs, func(a, b string) int { return int(r.alone[a] - r.alone[b]) })
+		s.left[i] = specs
+		s.enqueue(i)
+	}
+	var wg sync.WaitGroup
+	for range max(r.jobs, 1) {
+		wg.Go(func() {
+			for {
+				b, ok := s.take()
+				if !ok {
+					return
+				}
+				res, err := r.run(bin, b, ms)
+				s.finish(b, res, err)
+			}
+		})
+	}
+	wg.Wait()
+	*done = s.done
+	return s.processes, s.runs, s.err
+}
+
+// enqueue puts mutant i where it waits: alone, at its first spec, or for the rest of its specs. Called
+// with s.mu held or before the workers start.
+func (s *scheduler) enqueue(i int) {
+	switch {
+	case s.ms[i].Solo || s.single:
+		s.solo = append(s.solo, i)
+	case !s.passed[i]:
+		spec := s.left[i][0]
+		s.first[spec] = append(s.first[spec], i)
+	default:
+		k := specsKey(s.left[i])
+		s.later[k] = append(s.later[k], i)
+	}
+}
+
+// take hands out the next batch: a mutant alone, else up to batchRuns mutants at the first spec with the
+// most waiting, else up to batchRuns with the same specs left. It waits while batches in flight may
+// queue more, and says false when nothing is left to run.
+func (s *scheduler) take() (batch, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for {
+		if s.err != nil || s.r.ctx.Err() != nil {
+			return batch{}, false
+		}
+		if len(s.solo) > 0 {
+			i := s.solo[0]
+			s.solo = s.solo[1:]
+			s.inflight++
+			return batch{specs: slices.Clone(s.left[i]), mutants: []int{i}}, true
+		}
+		if spec := longest(s.first); spec != "" {
+			q := s.first[spec]
+			n := min(len(q), batchRuns)
+			s.first[spec] = q[n:]
+			s.inflight++
+			return batch{specs: []string{spec}, mutants: slices.Clone(q[:n]), retry: n > 1}, true
+		}
+		if k := longest(s.later); k != "" {
+			q := s.later[k]
+			n := min(len(q), batchRuns)
+			s.later[k] = q[n:]
+			s.inflight++
+			return batch{specs: slices.Clone(s.left[q[0]]), mutants: slices.Clone(q[:n])}, true
+		}
+		if s.inflight == 0 {
+			return batch{}, false
+		}
+		s.cond.Wait()
+	}
+}
+
+// longest is the key of the longest non-empty queue of qs ("" when all are empty), the least key of equals.
+func longest(qs map[string][]int) string {
+	best := ""
+	for k, q := range qs {
+		if len(q) > 0 && (best == "" || len(q) > len(qs[best]) || (len(q) == len(qs[best]) && k < best)) {
+			best = k
+		}
+	}
+	return best
+}
+
+// finish applies a batch's results: a mutant with a killed (or timed out) run is judged killed, one that
+// passed its last spec survived, and the others wait again with the specs they passed struck off.
+func (s *scheduler) finish(b batch, res batchResult, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	defer s.cond.Broadcast()
+	s.inflight--
+	if err != nil {
+		if s.err == nil {
+			s.err = err
+		}
+		return
+	}
+	s.processes++
+	s.single = s.single || res.single
+	for k, i := range b.mutants {
+		m := &s.ms[i]
+		var failed *outcome
+		for _, spec := range b.specs {
+			c := cell{spec: spec, run: k + 1}
+			m.Run += res.took[c]
+			o, ok := res.cells[c]
+			if !ok {
+				continue
+			}
+			s.runs++
+			if !slices.Contains(s.left[i], spec) {
+				continue
+			}
+			m.Ran++
+			switch o.verdict {
+			case passed:
+				s.left[i] = slices.DeleteFunc(s.left[i], func(x string) bool { return x == spec })
+				s.passed[i] = true
+			default:
+				if failed == nil {
+					failed = &o
+				}
+			}
+		}
+		switch {
+		case failed != nil:
+			m.Status, m.Detail = failed.verdict, failed.detail
+			s.report(i)
+		case len(s.left[i]) == 0:
+			m.Status = Survived
+			s.report(i)
+		default:
+			m.Solo = m.Solo || res.solo
+			s.enqueue(i)
+		}
+	}
+}
+
+// report prints the line of a judged mutant (called with s.mu held).
+func (s *scheduler) report(i int) {
+	s.done++
+	fmt.Fprintln(s.r.out, progress(s.done, s.total, s.ms[i]))
+}
