@@ -325,6 +325,15 @@ func (r *runner) run(bin string, b batch, ms []Mutant) (batchResult, error) {
 	cmd.Dir = r.dir
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = w, w
+	// The process holds a boot token until its first run of a spec begins (its BeforeSuite done) or it ends.
+	select {
+	case r.boots <- struct{}{}:
+	case <-r.ctx.Done():
+		return batchResult{}, errors.New("interrupted")
+	}
+	var booted sync.Once
+	boot := func() { booted.Do(func() { <-r.boots }) }
+	defer boot()
 	var timedOut *cell
 	stop := make(chan struct{})
 	watchdog := make(chan struct{})
@@ -338,6 +347,7 @@ func (r *runner) run(bin string, b batch, ms []Mutant) (batchResult, error) {
 			select {
 			case m := <-w.markers:
 				if m.Kind == mutant.Begins && m.Spec != "" {
+					boot()
 					current = cell{spec: m.Spec, run: m.Run}
 					t.Reset(r.limit(m.Spec))
 				}

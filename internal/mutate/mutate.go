@@ -64,6 +64,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -255,7 +256,15 @@ type runner struct {
 	out                    io.Writer
 	work, dir, description string
 	alone                  map[string]time.Duration
+	// boots holds a token for each test process booting its control plane (bootsAtOnce at most).
+	boots chan struct{}
 }
+
+// bootsAtOnce is how many test processes of the schema boot their control plane at once: a boot keeps about
+// two cores busy (etcd, kube-apiserver, kube-controller-manager and the managers starting), and four boots at
+// once on two shared cores failed (kube-apiserver did not come up within its minute), while a process past
+// its boot mostly waits on the control plane. So -j can run more processes than there are cores.
+var bootsAtOnce = max(1, runtime.NumCPU()/2)
 
 // run makes the score (or, with -list, lists the mutants), printing to out, and returns the mutants judged.
 func run(ctx context.Context, c config, out io.Writer) ([]Mutant, error) {
@@ -281,7 +290,7 @@ func run(ctx context.Context, c config, out io.Writer) ([]Mutant, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(work)
-	r := &runner{config: c, ctx: ctx, out: out, work: work, dir: dir}
+	r := &runner{config: c, ctx: ctx, out: out, work: work, dir: dir, boots: make(chan struct{}, bootsAtOnce)}
 
 	ms, err := discover(ctx, c, work)
 	if err != nil {
@@ -508,13 +517,14 @@ func (r *runner) coverage(module string) (Coverage, error) {
 	if len(specs) == 0 {
 		return nil, fmt.Errorf("label filter %q selects no spec of %s: set -labels (make's LABELS)", r.labels, r.suite)
 	}
-	fmt.Fprintf(r.out, "per-spec coverage: %d specs (label filter %q), each alone, %d at a time\n", len(specs), r.labels, r.jobs)
+	fmt.Fprintf(r.out, "per-spec coverage: %d specs (label filter %q), each alone, %d at a time\n", len(specs), r.labels, min(r.jobs, runtime.NumCPU()))
 
 	r.alone = map[string]time.Duration{}
 	cov := Coverage{}
 	var mu sync.Mutex
 	done := 0
-	err = each(r.jobs, len(specs), func(i int) error {
+	// Each run boots a control plane: at most one a core at once, whatever -j.
+	err = each(min(r.jobs, runtime.NumCPU()), len(specs), func(i int) error {
 		profile := filepath.Join(dir, fmt.Sprintf("spec%d.out", i))
 		res := r.suiteRun(bin, filepath.Join(dir, fmt.Sprintf("artifacts%d", i)), 20*time.Minute, []string{specs[i]},
 			"-test.coverprofile="+profile)
