@@ -1,10 +1,12 @@
 package mutate
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -142,5 +144,45 @@ func TestJudgeBatch(t *testing.T) {
 		at:      []time.Time{time.Unix(1, 0), time.Unix(5, 0), time.Unix(7, 0)}})
 	if got := fmt.Sprint(res.took[cell{a, 1}], res.took[cell{a, 2}], res.took[cell{a, 3}]); got != "5s 2s 3s" {
 		t.Errorf("run times %s, want 5s 2s 3s", got)
+	}
+}
+
+// The scheduler hands out a mutant alone first, then mutants at their first spec as flake attempts, then
+// mutants with the same specs left; with idle processes it splits what waits among them.
+func TestSchedulerBatches(t *testing.T) {
+	r := &runner{config: config{jobs: 4}, ctx: context.Background(), alone: map[string]time.Duration{"fast": time.Second, "slow": time.Minute}}
+	ms := make([]Mutant, 16)
+	s := &scheduler{r: r, ms: ms, left: map[int][]string{}, passed: map[int]bool{}, first: map[string][]int{}, later: map[string][]int{}}
+	s.cond = sync.NewCond(&s.mu)
+	for i := range ms {
+		ms[i].Specs = []string{"slow", "fast"}
+		s.left[i] = []string{"fast", "slow"}
+		switch {
+		case i == 15:
+			ms[i].Solo = true
+		case i >= 12:
+			s.passed[i] = true
+			s.left[i] = []string{"slow"}
+		}
+		s.enqueue(i)
+	}
+	// Every batch stays in flight: the idle processes are those of -j not handed one.
+	var got []string
+	for range 5 {
+		b, ok := s.take()
+		if !ok {
+			break
+		}
+		got = append(got, fmt.Sprintf("%v%v retry=%t", b.specs, b.mutants, b.retry))
+	}
+	want := []string{
+		"[fast slow][15] retry=false",
+		"[fast][0 1 2 3] retry=true", // 12 wait, 3 processes idle: 4 each
+		"[fast][4 5 6 7] retry=true",
+		"[fast][8 9 10 11] retry=true",
+		"[slow][12 13 14] retry=false",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Errorf("batches\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -27,18 +27,22 @@
 //     cannot infer; an if/else for an increment, an assignment or a branch). Mutants of one position
 //     share its switch. The suite is compiled once with the rewritten files overlaid (go test -c
 //     -overlay, so no file of the checkout is ever written).
-//  4. The runs: one test process runs one spec, once for each of up to 10 mutants, ENSEMBLE_MUTANTS naming
-//     the mutant of each run; the harness makes the next one active between runs, after the previous run's
-//     manager instances stopped and before the fresh ones start (suite.Runs, mutant.Begin), so the control
-//     plane boots once for them. A mutant goes through the specs that cover its position, fastest alone
-//     first, until one fails it (killed) or all have passed (survived). Ginkgo repeats a spec only while it
-//     passes, so a failing run ends its process, and the runs after it start again in another; a run past
-//     -timeout is timed out (counted as killed) and its process ended, the runs after it again elsewhere
-//     (the process writes a line to stderr as each run begins, so the command knows which run hung or
-//     died). A run that could not begin because the one before left something behind is run again; a
-//     process that passed every run and failed anyway (its AfterSuite) runs each of them again alone. A
-//     mutant evaluated while its package initialises (a package-level variable, an init func) is the only
-//     run of its process, active from the start.
+//  4. The runs: a test process of the schema runs up to 10 mutants, a run of a spec each, ENSEMBLE_MUTANTS
+//     naming the mutant of each run; suite/mutant's init makes the first active, and the harness the next
+//     between runs, after the previous run's manager instances stopped and before the fresh ones start
+//     (suite.Runs, mutant.Begin), so the control plane boots once for them. A mutant goes through the specs
+//     that cover its position until one fails it (killed) or all have passed (survived). One that passed
+//     no spec yet waits at its fastest one alone, where most that die die, and a process of such mutants
+//     runs that spec as -ginkgo.flake-attempts, which go on past each run that fails and stop at the first
+//     that passes; one that passed a spec runs the rest of its specs in a process with others that have the
+//     same ones left, each spec once per mutant while they pass (Ginkgo repeats a spec only while it
+//     passes; the runs after a failing one run again in another process). A run past -timeout is timed out
+//     (counted as killed) and its process ended: the process writes a line to stderr as each run begins and
+//     ends, so the command knows which run of which spec hung or died, and judges each one before it. A run
+//     that could not begin because the one before left something behind runs again; a process that passed
+//     every run and failed anyway (its AfterSuite) runs each of its mutants again alone. A mutant evaluated
+//     while its package initialises (a package-level variable, an init func) runs alone in a process, active
+//     from the start. -j processes run at once, at most one booting its control plane per two cores.
 //  5. A mutant the schema cannot hold (a constant expression, which a call would make a variable one; a
 //     shift; a switch that does not type-check) is compiled alone with its token replaced and runs its
 //     covering specs with -ginkgo.fail-fast, as every mutant once did; the output names each and why.

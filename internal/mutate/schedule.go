@@ -94,8 +94,8 @@ func (s *scheduler) enqueue(i int) {
 	}
 }
 
-// take hands out the next batch: a mutant alone, else up to batchRuns mutants at the first spec with the
-// most waiting, else up to batchRuns with the same specs left. It waits while batches in flight may
+// take hands out the next batch: a mutant alone, else mutants at the first spec with the most waiting, else
+// mutants with the same specs left (as many as size says). It waits while batches in flight may
 // queue more, and says false when nothing is left to run.
 func (s *scheduler) take() (batch, bool) {
 	s.mu.Lock()
@@ -112,14 +112,14 @@ func (s *scheduler) take() (batch, bool) {
 		}
 		if spec := longest(s.first); spec != "" {
 			q := s.first[spec]
-			n := min(len(q), batchRuns)
+			n := s.size(len(q))
 			s.first[spec] = q[n:]
 			s.inflight++
 			return batch{specs: []string{spec}, mutants: slices.Clone(q[:n]), retry: n > 1}, true
 		}
 		if k := longest(s.later); k != "" {
 			q := s.later[k]
-			n := min(len(q), batchRuns)
+			n := s.size(len(q))
 			s.later[k] = q[n:]
 			s.inflight++
 			return batch{specs: slices.Clone(s.left[q[0]]), mutants: slices.Clone(q[:n])}, true
@@ -129,6 +129,15 @@ func (s *scheduler) take() (batch, bool) {
 		}
 		s.cond.Wait()
 	}
+}
+
+// size is how many of waiting mutants the next batch takes: batchRuns at most, and a share of them when
+// fewer are waiting than the idle processes could take (called with s.mu held). A process whose runs wait
+// out a spec's timeout (a kill) keeps little busy, so idle processes are better running the other mutants
+// at once than leaving them for later, though each pays for its boot.
+func (s *scheduler) size(waiting int) int {
+	idle := max(s.r.jobs-s.inflight, 1)
+	return max(1, min(batchRuns, (waiting+idle-1)/idle))
 }
 
 // longest is the key of the longest non-empty queue of qs ("" when all are empty), the least key of equals.
