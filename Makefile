@@ -187,9 +187,11 @@ explore-merge: $(ENSEMBLE) ## Join the explore.json of every shard of one make e
 # mutate: the scenario suite's mutation score over one reference operator package. gremlins finds the mutants
 # (a dry run); ensemble mutate runs them, since gremlins itself only runs the mutated package's own tests
 # (or the whole module's). Per-spec coverage first: each spec the label filter selects runs alone with
-# -coverpkg (every one must pass: the baseline). Then each covered mutant is compiled with go test -c -overlay
-# and runs only the specs whose coverage holds its position, fail-fast. MUTATE_JOBS=n runs n specs or mutants
-# at once, MAX=n an evenly spaced n of the covered mutants, BASE=rev only those on lines changed since rev.
+# -coverpkg (every one must pass: the baseline). Then the covered mutants become switches of one mutant
+# schema, compiled once with go test -c -overlay, and each runs only the specs whose coverage holds its
+# position, many mutants a test process (a run each). MUTATE_JOBS=n runs n test processes at once (more
+# than the cores is fine: at most one boots per two cores at once), MAX=n an evenly spaced n of the covered
+# mutants, BASE=rev only those on lines changed since rev.
 GREMLINS_VERSION := v0.6.0
 GREMLINS := $(BIN)/gremlins
 PKG ?= operators/multigres

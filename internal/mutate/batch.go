@@ -397,7 +397,8 @@ type process struct {
 // was in when it hung (the watchdog's: timed out) or died without a report (killed), which run could not
 // begin for the run before's leftovers (not judged) and which failed after its spec as its managers would
 // not stop (killed; the run after it not judged). A process whose every run passed and that failed anyway
-// (an AfterSuite) asks for each mutant to run again alone; alone, that failure kills it.
+// (an AfterSuite) asks for each mutant to run again alone; alone, that failure kills it. So does a run
+// without its marker, whose spec makes no case of the harness: nothing made its mutant active.
 func judgeBatch(b batch, p process) (batchResult, error) {
 	res := batchResult{cells: map[cell]outcome{}, took: map[cell]time.Duration{}}
 	n := len(b.mutants)
@@ -544,6 +545,19 @@ func judgeBatch(b batch, p process) (batchResult, error) {
 	}
 	for c := range unjudged {
 		delete(res.cells, c)
+	}
+	if n > 1 {
+		// A run that began without its marker ran under whichever mutant was active: its spec makes no case
+		// of the harness, which switches mutants as a case begins. Each mutant runs again alone.
+		marked := map[cell]bool{}
+		for _, c := range begun {
+			marked[c] = true
+		}
+		for c := range res.cells {
+			if !marked[c] {
+				return batchResult{cells: map[cell]outcome{}, took: res.took, solo: true}, nil
+			}
+		}
 	}
 	for c, why := range failedAfter {
 		set(c, Killed, "[FAILED after its spec] "+why)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/onsi/ginkgo/v2/types"
 
+	"github.com/ensembletest/ensemble/internal/ginkgoreport"
 	"github.com/ensembletest/ensemble/suite/mutant"
 )
 
@@ -91,8 +92,20 @@ func TestJudgeBatch(t *testing.T) {
 			process{code: 1, reports: reports(it(a, types.SpecStatePassed, 1, 0, 0, "")), output: "[FAIL] [AfterSuite] sentinel changed"}, "a1K", "sentinel changed"},
 		{"the suite runs a spec once", three, process{reports: reports(it(a, types.SpecStatePassed, 1, 0, 0, ""))}, "a1P single", ""},
 		{"BeforeSuite fails", three, process{code: 1, reports: beforeSuite}, "a1K", "boot failed"},
+		// A spec that makes no case of the harness never switches mutants: its runs ran under one.
+		{"runs without markers", three, process{reports: reports(it(a, types.SpecStatePassed, 3, 3, 0, "")), markers: []mutant.Marker{}}, "solo", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if tc.p.markers == nil {
+				// The harness marks each run that began: those the report counts (an empty list: none).
+				for _, spec := range tc.b.specs {
+					if sr, ok := ginkgoreport.It(tc.p.reports, spec); ok {
+						for run := 1; run <= sr.NumAttempts; run++ {
+							tc.p.markers = append(tc.p.markers, mutant.Marker{Spec: spec, Run: run, Kind: mutant.Begins, Mutant: run})
+						}
+					}
+				}
+			}
 			tc.p.start = time.Unix(100, 0)
 			tc.p.end = tc.p.start.Add(time.Duration(len(tc.p.markers)+1) * time.Second)
 			for k := range tc.p.markers {
