@@ -497,6 +497,38 @@ func testRuns(t *testing.T, s *Suite) {
 		}
 	})
 
+	t.Run("flake attempts: every run goes on to the next", func(t *testing.T) {
+		// make mutate's flake attempts: a run that passed fails on purpose, and a run whose mutant failed
+		// earlier fails at once, so that Ginkgo goes on to every run.
+		t.Setenv(mutant.Env, "7|9|7")
+		t.Setenv(mutant.RetryEnv, "1")
+		defer mutant.Activate(0)
+		if n := Runs(); n != 1 {
+			t.Fatalf("Runs() is %d under %s, want 1 (the runs are flake attempts)", n, mutant.RetryEnv)
+		}
+		if err := s.perturbationEnv(); err != nil || len(s.runs) != 3 {
+			t.Fatalf("%s=7|9|7 gives %d runs (%v), want 3", mutant.Env, len(s.runs), err)
+		}
+		var got []string
+		for run := 1; run <= 3; run++ {
+			p := &recordtb.TB{TestName: "retried mutants", Ginkgo: true}
+			p.Run(func() {
+				c := s.NewCase(p)
+				c.OptOut(Convergence, "the runs' bookkeeping is under test, not an operator")
+				if run == 1 {
+					p.Errorf("mutant 7 fails the spec")
+				}
+			})
+			p.RunCleanups()
+			got = append(got, strings.Join(append(p.Fatals(), p.Errors()...), "; "))
+		}
+		for k, want := range []string{"mutant 7 fails the spec", mutant.ErrPassed.Error(), mutant.ErrDone.Error()} {
+			if !strings.Contains(got[k], want) || (k > 0 && strings.Count(got[k], "ensemble mutant:") != 1) {
+				t.Errorf("run %d failed with %q, want only %q", k+1, got[k], want)
+			}
+		}
+	})
+
 	t.Run("a run's leftovers fail the next run", func(t *testing.T) {
 		s.runs = [][]perturb.Point{nil, nil}
 		p := &recordtb.TB{TestName: "leaky runs", Ginkgo: true}

@@ -83,7 +83,7 @@ type specRun struct {
 // run began are started afresh first. Under ENSEMBLE_MUTANTS so is the first run of every spec after the
 // process's first, since each run has a mutant of its own (mutant.Begin makes it active between the stop
 // and the fresh start). Errors: a run past the sequence's end, a leftover, a manager that could not start
-// again.
+// again, and under mutant.RetryEnv mutant.ErrDone for a run whose mutant failed earlier in the process.
 func (s *Suite) beginRun(spec string) (int, []perturb.Point, error) {
 	mutating := os.Getenv(mutant.Env) != ""
 	s.mu.Lock()
@@ -104,14 +104,22 @@ func (s *Suite) beginRun(spec string) (int, []perturb.Point, error) {
 			sr.managers = append(sr.managers, name)
 		}
 	}
+	if fresh && mutating && mutant.Done(spec, sr.n) {
+		// make mutate has judged this run's mutant: the run fails at once, leaving the last run's cases
+		// for the next run's isolation check.
+		sr.live++
+		s.mu.Unlock()
+		return sr.n, nil, fmt.Errorf("suite: run %d of %q: %w", sr.n, spec, mutant.ErrDone)
+	}
 	managers := sr.managers
 	sr.live++
 	run, ended := sr.n, sr.ended
 	before := spec // the spec whose runs the isolation check looks at
 	if fresh {
 		sr.ended = nil
-		// The first run of another spec under ENSEMBLE_MUTANTS follows the last spec's last run.
-		if prev := s.specRuns[s.lastSpec]; mutating && run == 1 && prev != nil && s.lastSpec != spec {
+		// A run under ENSEMBLE_MUTANTS may follow another spec's last run (it is its spec's first, or the
+		// runs before it failed at once).
+		if prev := s.specRuns[s.lastSpec]; mutating && prev != nil && s.lastSpec != spec {
 			before, ended, managers = s.lastSpec, prev.ended, prev.managers
 			prev.ended = nil
 		}
@@ -146,7 +154,8 @@ func (s *Suite) beginRun(spec string) (int, []perturb.Point, error) {
 }
 
 // endRun counts the end of a case of spec, after its cleanup; c is nil when the case was never made. Under
-// ENSEMBLE_MUTANTS the end of a run (its last case) is noted with whether it failed (mutant.End).
+// ENSEMBLE_MUTANTS the end of a run (its last case) is noted with whether it failed (mutant.End), and under
+// mutant.RetryEnv a run that passed is failed on purpose.
 func (s *Suite) endRun(spec string, c *Case) {
 	s.mu.Lock()
 	ended := false
@@ -159,7 +168,11 @@ func (s *Suite) endRun(spec string, c *Case) {
 	}
 	s.mu.Unlock()
 	if ended && c != nil && os.Getenv(mutant.Env) != "" {
-		mutant.End(spec, c.run, c.t.Failed())
+		// Under make mutate's flake attempts a run that passed fails on purpose (mutant.ErrPassed), so
+		// that Ginkgo goes on to the next run's mutant.
+		if err := mutant.End(spec, c.run, c.t.Failed()); err != nil {
+			c.t.Errorf("%v", err)
+		}
 	}
 }
 

@@ -167,12 +167,10 @@ func relTo(abs string) string {
 }
 
 // batch is one test process of the schema: its specs, each run once per mutant (in this order, a mutant
-// a run); retry says the runs are flake attempts, which go on while a run fails and stop at the first
-// that passes, instead of going on while runs pass.
+// a run).
 type batch struct {
 	specs   []string
 	mutants []int // indices into the mutants
-	retry   bool
 }
 
 // cell is one run of one spec in a batch: the run of its mutant (from 1).
@@ -201,6 +199,19 @@ type batchResult struct {
 	cells        map[cell]outcome
 	took         map[cell]time.Duration
 	solo, single bool
+}
+
+// suiteNodeFailed says whether a suite node (BeforeSuite, AfterSuite, a ReportAfterSuite) failed, with
+// its failure.
+func suiteNodeFailed(reports []types.Report) (string, bool) {
+	for _, rep := range reports {
+		for _, sr := range rep.SpecReports {
+			if sr.LeafNodeType != types.NodeTypeIt && sr.Failed() {
+				return fmt.Sprintf("[%s] %s: %s", strings.ToUpper(sr.State.String()), sr.LeafNodeType, firstLine(sr.Failure.Message)), true
+			}
+		}
+	}
+	return "", false
 }
 
 // suiteFailure names what failed a suite whose spec passed or never ran: a failed suite node, a special
@@ -310,14 +321,10 @@ func (r *runner) run(bin string, b batch, ms []Mutant) (batchResult, error) {
 	args := []string{"-test.timeout=" + total.String(), "-ginkgo.timeout=" + total.String(), "-ginkgo.label-filter=" + r.labels,
 		"-ginkgo.focus=" + focus(r.description, b.specs), "-ginkgo.fail-on-empty", "-ginkgo.no-color", "-ginkgo.json-report=" + report}
 	env := []string{"ENSEMBLE_ARTIFACTS=" + filepath.Join(dir, "artifacts"), mutant.Env + "=" + strings.Join(ids, "|")}
-	switch {
-	case b.retry:
-		args = append(args, "-ginkgo.flake-attempts="+strconv.Itoa(n))
-		env = append(env, mutant.RetryEnv+"=1")
-	case n == 1:
-		// One mutant through its specs: the first that fails judges it.
-		args = append(args, "-ginkgo.fail-fast")
-	}
+	// Flake attempts, every run going on to the next (the harness fails a run that passed on purpose):
+	// each spec runs once per mutant, whatever the runs before it did.
+	args = append(args, "-ginkgo.flake-attempts="+strconv.Itoa(n))
+	env = append(env, mutant.RetryEnv+"=1")
 	ctx, cancel := context.WithCancel(r.ctx)
 	defer cancel()
 	w := &watcher{markers: make(chan mutant.Marker, 256)}
@@ -392,13 +399,15 @@ type process struct {
 }
 
 // judgeBatch judges each cell of a batch from its process. The report says, for each spec, how many runs
-// Ginkgo made (NumAttempts) and how the last ended: repeated while passing, the runs before the last
-// passed; retried while failing (b.retry), they failed. The markers say which run of which spec the process
-// was in when it hung (the watchdog's: timed out) or died without a report (killed), which run could not
-// begin for the run before's leftovers (not judged) and which failed after its spec as its managers would
-// not stop (killed; the run after it not judged). A process whose every run passed and that failed anyway
-// (an AfterSuite) asks for each mutant to run again alone; alone, that failure kills it. So does a run
-// without its marker, whose spec makes no case of the harness: nothing made its mutant active.
+// Ginkgo made (flake attempts: each run failed, the harness failing a run that passed on purpose) and
+// each run's first failure: mutant.ErrPassed for a run that passed, mutant.ErrDone for a run whose mutant
+// had failed before in the process (no verdict), else the failure that kills the run's mutant. The markers
+// say which run of which spec the process was in when it hung (the watchdog's: timed out) or died without
+// a report (killed), which run could not begin for the run before's leftovers (not judged) and which
+// failed after its spec as its managers would not stop (killed; the run after it not judged). A process
+// in which a suite node failed (an AfterSuite) asks for each mutant to run again alone; alone, that
+// failure kills it. So does a run without its marker, whose spec makes no case of the harness: nothing
+// made its mutant active.
 func judgeBatch(b batch, p process) (batchResult, error) {
 	res := batchResult{cells: map[cell]outcome{}, took: map[cell]time.Duration{}}
 	n := len(b.mutants)
@@ -465,7 +474,7 @@ func judgeBatch(b batch, p process) (batchResult, error) {
 		}
 		return res, nil
 	}
-	anyRan, anyFailed := false, false
+	anyRan := false
 	for _, spec := range b.specs {
 		sr, found := ginkgoreport.It(p.reports, spec)
 		if !found {
@@ -473,41 +482,44 @@ func judgeBatch(b batch, p process) (batchResult, error) {
 		}
 		k := sr.NumAttempts
 		if k == 0 {
-			continue // not run: the suite failed before it, or fail-fast skipped it
+			continue // not run: the suite failed before it
 		}
 		anyRan = true
-		if n > 1 && sr.MaxMustPassRepeatedly != n && sr.MaxFlakeAttempts != n {
-			// The suite ran the spec once (it does not hand suite.Runs() to Ginkgo): run 1 alone is judged.
+		if n > 1 && sr.MaxFlakeAttempts != n {
+			// The suite ran the spec once (it set MustPassRepeatedly itself): run 1 alone is judged.
 			res.single = true
 			if sr.State.Is(types.SpecStatePassed) {
 				set(cell{spec, 1}, passed, "")
 			}
 			continue
 		}
-		detail := fmt.Sprintf("[%s] %s: %s", strings.ToUpper(sr.State.String()), textout.Cut(spec, 100), firstLine(sr.Failure.Message))
-		if sr.MaxFlakeAttempts == n && n > 1 {
-			// Flake attempts: every run before the last failed, each with its failure kept.
-			for j := 1; j < k; j++ {
-				d := "[FAILED] " + textout.Cut(spec, 100)
-				if j-1 < len(sr.AdditionalFailures) {
-					msg := sr.AdditionalFailures[j-1].Failure.Message
-					if _, rest, ok := strings.Cut(msg, "\n"); ok {
-						msg = rest
-					}
-					d += ": " + firstLine(msg)
-				}
-				set(cell{spec, j}, Killed, d)
-			}
-		} else {
-			for j := 1; j < k; j++ {
-				set(cell{spec, j}, passed, "")
+		// Each run's first failure: Ginkgo keeps those of the runs before the last as additional failures
+		// "Failure recorded during attempt N:", the last's as the spec's.
+		first := map[int]string{}
+		for _, af := range sr.AdditionalFailures {
+			var at int
+			if _, err := fmt.Sscanf(af.Failure.Message, "Failure recorded during attempt %d:", &at); err == nil {
+				_, msg, _ := strings.Cut(af.Failure.Message, "\n")
+				first[at] = msg
 			}
 		}
-		if sr.State.Is(types.SpecStatePassed) {
-			set(cell{spec, k}, passed, "")
-		} else {
-			anyFailed = true
-			set(cell{spec, k}, Killed, detail)
+		if !sr.State.Is(types.SpecStatePassed) {
+			first[k] = sr.Failure.Message
+		}
+		for j := 1; j <= k; j++ {
+			msg, failed := first[j]
+			switch {
+			case !failed || strings.Contains(msg, mutant.ErrPassed.Error()):
+				set(cell{spec, j}, passed, "")
+			case strings.Contains(msg, mutant.ErrDone.Error()):
+				// Its mutant failed an earlier run of the process: judged there.
+			default:
+				state := "FAILED"
+				if j == k {
+					state = strings.ToUpper(sr.State.String())
+				}
+				set(cell{spec, j}, Killed, fmt.Sprintf("[%s] %s: %s", state, textout.Cut(spec, 100), firstLine(msg)))
+			}
 		}
 	}
 	if !anyRan {
@@ -568,15 +580,15 @@ func judgeBatch(b batch, p process) (batchResult, error) {
 			}
 		}
 	}
-	if p.code != 0 && !anyFailed {
-		// Every run passed and the process failed: which run's mutant failed it is unknown.
+	if detail, failed := suiteNodeFailed(p.reports); failed {
+		// A suite node failed (an AfterSuite: the sentinel): which run's mutant failed it is unknown.
 		if n > 1 {
 			return batchResult{cells: map[cell]outcome{}, took: res.took, solo: true}, nil
 		}
-		detail := suiteFailure(p.reports, p.output)
-		for c := range res.cells {
-			res.cells[c] = outcome{Killed, detail}
-			break
+		for c, o := range res.cells {
+			if o.verdict == passed {
+				res.cells[c] = outcome{Killed, detail}
+			}
 		}
 	}
 	return res, nil

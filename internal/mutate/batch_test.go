@@ -16,18 +16,22 @@ import (
 	"github.com/ensembletest/ensemble/suite/mutant"
 )
 
-// Each way a batch's process ends judges each of its cells (a run of a spec under one mutant): repeated
-// while passing, the runs before the last passed; retried while failing, they failed; the markers say
-// where a process that hung or died was, which run could not begin for the one before, and which failed
-// after its spec.
+// Each way a batch's process ends judges each of its cells (a run of a spec under one mutant): each run's
+// first failure says it passed (mutant.ErrPassed, failed on purpose), was not run (mutant.ErrDone) or
+// killed its mutant; the markers say where a process that hung or died was, which run could not begin for
+// the one before, and which failed after its spec.
 func TestJudgeBatch(t *testing.T) {
 	const a, b = "pool scales", "pool drains"
-	it := func(spec string, state types.SpecState, attempts, repeat, retry int, msg string, more ...string) types.SpecReport {
-		sr := types.SpecReport{LeafNodeType: types.NodeTypeIt, LeafNodeText: spec, State: state, NumAttempts: attempts,
-			MaxMustPassRepeatedly: repeat, MaxFlakeAttempts: retry}
-		sr.Failure.Message = msg
-		for k, m := range more {
-			sr.AdditionalFailures = append(sr.AdditionalFailures, types.AdditionalFailure{Failure: types.Failure{Message: fmt.Sprintf("Failure recorded during attempt %d:\n%s", k+1, m)}})
+	ok, done := mutant.ErrPassed.Error(), mutant.ErrDone.Error()
+	// tries is spec's report after len(msgs) flake attempts of n, msgs[j] the first failure of run j+1.
+	tries := func(spec string, n int, state types.SpecState, msgs ...string) types.SpecReport {
+		sr := types.SpecReport{LeafNodeType: types.NodeTypeIt, LeafNodeText: spec, State: state, NumAttempts: len(msgs), MaxFlakeAttempts: n}
+		for j, m := range msgs {
+			if j == len(msgs)-1 {
+				sr.Failure.Message = m
+				break
+			}
+			sr.AdditionalFailures = append(sr.AdditionalFailures, types.AdditionalFailure{Failure: types.Failure{Message: fmt.Sprintf("Failure recorded during attempt %d:\n%s", j+1, m)}})
 		}
 		return sr
 	}
@@ -45,10 +49,11 @@ func TestJudgeBatch(t *testing.T) {
 		}
 		return out
 	}
-	beforeSuite := reports(it(a, types.SpecStateSkipped, 0, 3, 0, ""),
-		types.SpecReport{LeafNodeType: types.NodeTypeBeforeSuite, State: types.SpecStateFailed, Failure: types.Failure{Message: "boot failed\nmore"}})
+	failed := types.SpecStateFailed
+	afterSuite := types.SpecReport{LeafNodeType: types.NodeTypeAfterSuite, State: failed, Failure: types.Failure{Message: "the sentinel cluster changed\nmore"}}
+	beforeSuite := reports(tries(a, 3, types.SpecStateSkipped),
+		types.SpecReport{LeafNodeType: types.NodeTypeBeforeSuite, State: failed, Failure: types.Failure{Message: "boot failed\nmore"}})
 	three := batch{specs: []string{a}, mutants: []int{0, 1, 2}}
-	retry := batch{specs: []string{a}, mutants: []int{0, 1, 2}, retry: true}
 	grid := batch{specs: []string{a, b}, mutants: []int{0, 1, 2}}
 	for _, tc := range []struct {
 		name string
@@ -59,15 +64,11 @@ func TestJudgeBatch(t *testing.T) {
 		want   string
 		detail string // part of a killed cell's detail
 	}{
-		{"every run passes", three, process{reports: reports(it(a, types.SpecStatePassed, 3, 3, 0, ""))}, "a1P a2P a3P", ""},
-		{"run 2 fails", three, process{code: 1, reports: reports(it(a, types.SpecStateFailed, 2, 3, 0, "Expected 3\nto equal 4"))},
-			"a1P a2K", "[FAILED] pool scales: Expected 3"},
-		{"retried while failing: runs 1 and 2 fail, 3 passes", retry, process{reports: reports(it(a, types.SpecStatePassed, 3, 0, 3, "", "Expected 1", "Expected 2"))},
-			"a1K a2K a3P", "[FAILED] pool scales: Expected 2"},
-		{"retried while failing: every run fails", retry, process{code: 1, reports: reports(it(a, types.SpecStateFailed, 3, 0, 3, "Expected 3", "Expected 1", "Expected 2"))},
-			"a1K a2K a3K", "Expected 3"},
-		{"a grid: a's run 2 fails, b's runs pass", grid, process{code: 1, reports: reports(it(a, types.SpecStateFailed, 2, 3, 0, "Expected"), it(b, types.SpecStatePassed, 3, 3, 0, ""))},
-			"a1P a2K b1P b2P b3P", "[FAILED] pool scales"},
+		{"every run passes", three, process{reports: reports(tries(a, 3, failed, ok, ok, ok))}, "a1P a2P a3P", ""},
+		{"run 2 fails", three, process{reports: reports(tries(a, 3, failed, ok, "Expected 3\nto equal 4", ok))}, "a1P a2K a3P", "[FAILED] pool scales: Expected 3"},
+		{"the last run fails", three, process{reports: reports(tries(a, 3, types.SpecStatePanicked, ok, ok, "runtime error"))}, "a1P a2P a3K", "[PANICKED] pool scales: runtime error"},
+		{"a grid: a's run 2 fails, b's run 2 does not run", grid, process{reports: reports(tries(a, 3, failed, ok, "Expected", ok), tries(b, 3, failed, ok, done, ok))},
+			"a1P a2K a3P b1P b3P", "[FAILED] pool scales"},
 		{"the process dies in run 2", three, process{code: 2, reportErr: errors.New("none"),
 			markers: marks(`1 of "pool scales" begins (mutant 1)`, `1 of "pool scales" ended: passed`, `2 of "pool scales" begins (mutant 2)`),
 			output:  "ok\n••panic: runtime error: index out of range [0] with length 0\n"}, "a1P a2K", "panic: runtime error: index out of range"},
@@ -76,24 +77,26 @@ func TestJudgeBatch(t *testing.T) {
 				`2 of "pool scales" ended: failed`, `1 of "pool drains" begins (mutant 1)`),
 			output: "fatal error: concurrent map writes"}, "a1P a2K b1K", "fatal error: concurrent map writes"},
 		{"the process dies booting", three, process{code: 2, reportErr: errors.New("none"), markers: marks(`1 of "" begins (mutant 1)`)}, "a1K", "exited 2 without a report"},
-		{"run 2 runs past its limit", three, process{code: 1, timedOut: &cell{a, 2}, reports: reports(it(a, types.SpecStateInterrupted, 2, 3, 0, "interrupted")),
+		{"run 2 runs past its limit", three, process{code: 1, timedOut: &cell{a, 2}, reports: reports(tries(a, 3, types.SpecStateInterrupted, ok, "interrupted")),
 			markers: marks(`1 of "pool scales" begins (mutant 1)`, `2 of "pool scales" begins (mutant 2)`)}, "a1P a2T", "interrupted"},
 		// A run that hangs while its managers stop for the next is the one that timed out, though the report
 		// names the next.
-		{"run 1 hangs stopping", three, process{code: 1, timedOut: &cell{a, 1}, reports: reports(it(a, types.SpecStateInterrupted, 2, 3, 0, "interrupted")),
+		{"run 1 hangs stopping", three, process{code: 1, timedOut: &cell{a, 1}, reports: reports(tries(a, 3, types.SpecStateInterrupted, ok, "interrupted")),
 			markers: marks(`1 of "pool scales" begins (mutant 1)`)}, "a1T", ""},
-		{"run 2 finds run 1's leftovers", three, process{code: 1, reports: reports(it(a, types.SpecStateFailed, 2, 3, 0, "left something behind")),
-			markers: marks(`1 of "pool scales" begins (mutant 1)`, `2 of "pool scales" unjudged: Pod/p is still in namespace ns-1`)}, "a1P", ""},
-		{"run 1's managers do not stop", three, process{code: 1, reports: reports(it(a, types.SpecStateFailed, 2, 3, 0, "stopping")),
-			markers: marks(`1 of "pool scales" begins (mutant 1)`, `1 of "pool scales" failed after its spec: stopping manager op: timeout`, `2 of "pool scales" begins (mutant 2)`)},
-			"a1K", "[FAILED after its spec] stopping manager op"},
-		{"every run passes, the suite fails", three, process{code: 1, reports: reports(it(a, types.SpecStatePassed, 3, 3, 0, ""))}, "solo", ""},
-		{"the one run passes, the suite fails", batch{specs: []string{a}, mutants: []int{0}},
-			process{code: 1, reports: reports(it(a, types.SpecStatePassed, 1, 0, 0, "")), output: "[FAIL] [AfterSuite] sentinel changed"}, "a1K", "sentinel changed"},
-		{"the suite runs a spec once", three, process{reports: reports(it(a, types.SpecStatePassed, 1, 0, 0, ""))}, "a1P single", ""},
-		{"BeforeSuite fails", three, process{code: 1, reports: beforeSuite}, "a1K", "boot failed"},
+		{"run 2 finds run 1's leftovers", three, process{reports: reports(tries(a, 3, failed, ok, "left something behind", ok)),
+			markers: marks(`1 of "pool scales" begins (mutant 1)`, `2 of "pool scales" unjudged: Pod/p is still in namespace ns-1`, `3 of "pool scales" begins (mutant 3)`)},
+			"a1P a3P", ""},
+		{"run 1's managers do not stop", three, process{reports: reports(tries(a, 3, failed, ok, "stopping", ok)),
+			markers: marks(`1 of "pool scales" begins (mutant 1)`, `1 of "pool scales" failed after its spec: stopping manager op: timeout`,
+				`2 of "pool scales" begins (mutant 2)`, `3 of "pool scales" begins (mutant 3)`)},
+			"a1K a3P", "[FAILED after its spec] stopping manager op"},
+		{"every run passes, the AfterSuite fails", three, process{reports: reports(tries(a, 3, failed, ok, ok, ok), afterSuite)}, "solo", ""},
+		{"the one run passes, the AfterSuite fails", batch{specs: []string{a}, mutants: []int{0}},
+			process{reports: reports(tries(a, 1, failed, ok), afterSuite)}, "a1K", "the sentinel cluster changed"},
+		{"the suite runs a spec once", three, process{reports: reports(tries(a, 0, types.SpecStatePassed, ""))}, "a1P single", ""},
+		{"BeforeSuite fails", three, process{reports: beforeSuite}, "a1K", "boot failed"},
 		// A spec that makes no case of the harness never switches mutants: its runs ran under one.
-		{"runs without markers", three, process{reports: reports(it(a, types.SpecStatePassed, 3, 3, 0, "")), markers: []mutant.Marker{}}, "solo", ""},
+		{"runs without markers", three, process{reports: reports(tries(a, 3, failed, ok, ok, ok)), markers: []mutant.Marker{}}, "solo", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.p.markers == nil {
@@ -152,7 +155,7 @@ func TestJudgeBatch(t *testing.T) {
 		t.Error("a report without the spec: no error")
 	}
 	// Each run's time runs from its marker to the next one's, the first's from the process's start.
-	res, _ := judgeBatch(three, process{reports: reports(it(a, types.SpecStatePassed, 3, 3, 0, "")), start: time.Unix(0, 0), end: time.Unix(10, 0),
+	res, _ := judgeBatch(three, process{reports: reports(tries(a, 3, failed, ok, ok, ok)), start: time.Unix(0, 0), end: time.Unix(10, 0),
 		markers: marks(`1 of "pool scales" begins (mutant 1)`, `2 of "pool scales" begins (mutant 2)`, `3 of "pool scales" begins (mutant 3)`),
 		at:      []time.Time{time.Unix(1, 0), time.Unix(5, 0), time.Unix(7, 0)}})
 	if got := fmt.Sprint(res.took[cell{a, 1}], res.took[cell{a, 2}], res.took[cell{a, 3}]); got != "5s 2s 3s" {
@@ -160,21 +163,19 @@ func TestJudgeBatch(t *testing.T) {
 	}
 }
 
-// The scheduler hands out a mutant alone first, then mutants at their first spec as flake attempts, then
-// mutants with the same specs left; with idle processes it splits what waits among them.
+// The scheduler hands out a mutant alone first, then mutants with the same specs left, from the largest
+// group; with idle processes it splits what waits among them.
 func TestSchedulerBatches(t *testing.T) {
 	r := &runner{config: config{jobs: 4}, ctx: context.Background(), alone: map[string]time.Duration{"fast": time.Second, "slow": time.Minute}}
 	ms := make([]Mutant, 16)
-	s := &scheduler{r: r, ms: ms, left: map[int][]string{}, passed: map[int]bool{}, first: map[string][]int{}, later: map[string][]int{}}
+	s := &scheduler{r: r, ms: ms, left: map[int][]string{}, waiting: map[string][]int{}}
 	s.cond = sync.NewCond(&s.mu)
 	for i := range ms {
-		ms[i].Specs = []string{"slow", "fast"}
 		s.left[i] = []string{"fast", "slow"}
 		switch {
 		case i == 15:
 			ms[i].Solo = true
 		case i >= 12:
-			s.passed[i] = true
 			s.left[i] = []string{"slow"}
 		}
 		s.enqueue(i)
@@ -186,14 +187,14 @@ func TestSchedulerBatches(t *testing.T) {
 		if !ok {
 			break
 		}
-		got = append(got, fmt.Sprintf("%v%v retry=%t", b.specs, b.mutants, b.retry))
+		got = append(got, fmt.Sprintf("%v%v", b.specs, b.mutants))
 	}
 	want := []string{
-		"[fast slow][15] retry=false",
-		"[fast][0 1 2 3] retry=true", // 12 wait, 3 processes idle: 4 each
-		"[fast][4 5 6 7] retry=true",
-		"[fast][8 9 10 11] retry=true",
-		"[slow][12 13 14] retry=false",
+		"[fast slow][15]",
+		"[fast slow][0 1 2 3]", // 12 wait, 3 processes idle: 4 each
+		"[fast slow][4 5 6 7]",
+		"[fast slow][8 9 10 11]",
+		"[slow][12 13 14]",
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("batches\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

@@ -16,6 +16,7 @@ package mutant
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -30,9 +31,19 @@ import (
 const Env = "ENSEMBLE_MUTANTS"
 
 // RetryEnv names the variable ensemble mutate sets (to 1) beside Env when the process's runs are Ginkgo's
-// flake attempts (-ginkgo.flake-attempts), which repeat a spec while it fails and stop at the first run
-// that passes; without it they are MustPassRepeatedly's, which repeat a spec while it passes (suite.Runs).
+// flake attempts (-ginkgo.flake-attempts), which repeat a spec while it fails; without it they are
+// MustPassRepeatedly's, which repeat a spec while it passes (suite.Runs). Under it every run goes on to
+// the next: the harness fails a run that passed on purpose (End's ErrPassed), and a run whose mutant
+// already failed in the process at once (Done, ErrDone), so that the next run's mutant runs.
 const RetryEnv = "ENSEMBLE_MUTANTS_RETRY"
+
+// ErrPassed is the failure the harness gives a run that passed under RetryEnv, so that Ginkgo's flake
+// attempts go on to the next run: ensemble mutate reads a run that failed with it as passed.
+var ErrPassed = errors.New("ensemble mutant: the run passed, and fails on purpose so that the next run's mutant runs")
+
+// ErrDone is the failure the harness gives a run under RetryEnv whose mutant already failed in the process,
+// at once, without running the spec: ensemble mutate has judged that mutant.
+var ErrDone = errors.New("ensemble mutant: the run's mutant failed in an earlier run of this process: not run, and fails on purpose so that the next run's mutant runs")
 
 // active is the mutant the switches apply now; 0 applies none.
 var active atomic.Int64
@@ -107,7 +118,7 @@ func Mark(spec string, run int) {
 // Begin makes the mutant of run (from 1) of spec active and writes a Marker saying so to stderr, where
 // ensemble mutate reads which run the process is in. A mutant whose run failed earlier in the process
 // (End) is not made active again: its run applies none, so that it passes and the spec goes on to the runs
-// after it (ensemble mutate has already judged that mutant). Without Env it does nothing. Errors: Env does
+// after it (ensemble mutate has already judged that mutant; under RetryEnv the harness asks Done first). Without Env it does nothing. Errors: Env does
 // not parse, or gives fewer runs.
 func Begin(spec string, run int) error {
 	runs, err := Runs()
@@ -131,12 +142,29 @@ func Begin(spec string, run int) error {
 	return nil
 }
 
+// Done says run (from 1) is to fail at once with ErrDone, under RetryEnv: its mutant failed in an earlier
+// run of the process. It writes the run's Marker (mutant 0: none ran) when so.
+func Done(spec string, run int) bool {
+	runs, err := Runs()
+	if err != nil || !Retrying() || run < 1 || run > len(runs) {
+		return false
+	}
+	mu.Lock()
+	done := failed[runs[run-1]]
+	mu.Unlock()
+	if done {
+		Note(Marker{Spec: spec, Run: run, Kind: Begins})
+	}
+	return done
+}
+
 // End records the end of run (from 1) of spec, after its cleanup, and whether it failed, and writes its
-// Marker. Without Env it does nothing.
-func End(spec string, run int, runFailed bool) {
+// Marker. Under RetryEnv it returns ErrPassed for a run that passed: the harness fails the run with it.
+// Without Env it does nothing.
+func End(spec string, run int, runFailed bool) error {
 	runs, err := Runs()
 	if err != nil || run < 1 || run > len(runs) {
-		return
+		return nil
 	}
 	verdict := "passed"
 	if runFailed {
@@ -146,6 +174,10 @@ func End(spec string, run int, runFailed bool) {
 		mu.Unlock()
 	}
 	Note(Marker{Spec: spec, Run: run, Kind: Ended, Why: verdict})
+	if !runFailed && Retrying() {
+		return ErrPassed
+	}
+	return nil
 }
 
 // Note writes m to stderr on a line of its own, when Env is set.
@@ -159,8 +191,8 @@ func Note(m Marker) {
 type MarkerKind string
 
 const (
-	// Begins: the run's mutant is active (Mutant; 0 for a mutant whose run failed earlier in the process)
-	// and its spec is about to run.
+	// Begins: the run's mutant is active (Mutant; 0 for a mutant whose run failed earlier in the process,
+	// whose run under RetryEnv fails at once) and its spec is about to run.
 	Begins MarkerKind = "begins"
 	// Ended: the run's case was cleaned up; Why is "passed" or "failed".
 	Ended MarkerKind = "ended"

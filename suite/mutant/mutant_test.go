@@ -1,6 +1,7 @@
 package mutant
 
 import (
+	"errors"
 	"reflect"
 	"testing"
 )
@@ -88,8 +89,12 @@ func TestBegin(t *testing.T) {
 	if err := Begin("s", 4); err == nil {
 		t.Error("Begin(4) of three runs: no error")
 	}
-	End("s", 2, true)
-	End("s", 3, false)
+	if err := End("s", 2, true); err != nil {
+		t.Errorf("End of a failed run: %v", err)
+	}
+	if err := End("s", 3, false); err != nil {
+		t.Errorf("End of a passed run without %s: %v", RetryEnv, err)
+	}
 	if err := Begin("t", 2); err != nil || Active() != 0 {
 		t.Errorf("Begin(2) of another spec after mutant 9 failed: %v, active %d, want 0", err, Active())
 	}
@@ -98,5 +103,13 @@ func TestBegin(t *testing.T) {
 	}
 	if !Began() {
 		t.Error("Began is false after Begin")
+	}
+	// Under RetryEnv a run that passed fails on purpose, and a run of a mutant that failed fails at once.
+	t.Setenv(RetryEnv, "1")
+	if err := End("t", 3, false); !errors.Is(err, ErrPassed) {
+		t.Errorf("End of a passed run under %s: %v, want ErrPassed", RetryEnv, err)
+	}
+	if !Done("u", 2) || Done("u", 3) {
+		t.Errorf("Done: run 2 (mutant 9, failed) %t, run 3 (mutant 10, passed) %t; want true, false", Done("u", 2), Done("u", 3))
 	}
 }

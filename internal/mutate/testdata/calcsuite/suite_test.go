@@ -1,6 +1,7 @@
 // Package calcsuite is a fake scenario suite for internal/mutate's end-to-end test: a Ginkgo suite over
 // package calc that runs each spec once per mutant of ENSEMBLE_MUTANTS, making the next one active
-// between runs and noting each run's end, as the harness does (suite.Runs, mutant.Begin, mutant.End).
+// between runs, noting each run's end and, under flake attempts, failing a run that passed on purpose, as
+// the harness does (suite.Runs, mutant.Done, mutant.Begin, mutant.End).
 package calcsuite
 
 import (
@@ -28,12 +29,20 @@ var attempts = map[string]int{}
 var _ = BeforeEach(func() {
 	name := CurrentSpecReport().FullText()
 	attempts[name]++
-	if !mutant.Began() {
-		mutant.Mark(name, attempts[name])
-	} else {
-		Expect(mutant.Begin(name, attempts[name])).To(Succeed())
+	run := attempts[name]
+	switch {
+	case mutant.Done(name, run):
+		Fail(mutant.ErrDone.Error())
+	case !mutant.Began():
+		mutant.Mark(name, run)
+	default:
+		Expect(mutant.Begin(name, run)).To(Succeed())
 	}
-	DeferCleanup(func() { mutant.End(name, attempts[name], CurrentSpecReport().Failed()) })
+	DeferCleanup(func() {
+		if err := mutant.End(name, run, CurrentSpecReport().Failed()); err != nil {
+			Fail(err.Error())
+		}
+	})
 })
 
 var _ = Describe("calc", func() {
