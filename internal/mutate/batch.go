@@ -72,7 +72,7 @@ func (r *runner) judge(ms []Mutant, todo []int, h *Header) error {
 		fmt.Fprintf(r.out, "  compiled alone: %s %s: %s\n", ms[i].Pos(), ms[i].Kind, ms[i].Alone)
 	}
 	fmt.Fprintf(r.out, "running %d mutants, %d test processes at a time, up to %d schema mutants a process, each a run of each spec "+
-		"that covers it until one fails\n", len(todo)-done, r.jobs, batchRuns)
+		"that covers it\n", len(todo)-done, r.jobs, batchRuns)
 	if bin != "" {
 		if h.Processes, h.Runs, err = r.schemaRuns(bin, ms, todo, &done, len(todo)); err != nil {
 			return err

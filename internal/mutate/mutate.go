@@ -27,22 +27,24 @@
 //     cannot infer; an if/else for an increment, an assignment or a branch). Mutants of one position
 //     share its switch. The suite is compiled once with the rewritten files overlaid (go test -c
 //     -overlay, so no file of the checkout is ever written).
-//  4. The runs: a test process of the schema runs up to 10 mutants, a run of a spec each, ENSEMBLE_MUTANTS
-//     naming the mutant of each run; suite/mutant's init makes the first active, and the harness the next
-//     between runs, after the previous run's manager instances stopped and before the fresh ones start
-//     (suite.Runs, mutant.Begin), so the control plane boots once for them. A mutant goes through the specs
-//     that cover its position until one fails it (killed) or all have passed (survived). One that passed
-//     no spec yet waits at its fastest one alone, where most that die die, and a process of such mutants
-//     runs that spec as -ginkgo.flake-attempts, which go on past each run that fails and stop at the first
-//     that passes; one that passed a spec runs the rest of its specs in a process with others that have the
-//     same ones left, each spec once per mutant while they pass (Ginkgo repeats a spec only while it
-//     passes; the runs after a failing one run again in another process). A run past -timeout is timed out
-//     (counted as killed) and its process ended: the process writes a line to stderr as each run begins and
-//     ends, so the command knows which run of which spec hung or died, and judges each one before it. A run
-//     that could not begin because the one before left something behind runs again; a process that passed
-//     every run and failed anyway (its AfterSuite) runs each of its mutants again alone. A mutant evaluated
-//     while its package initialises (a package-level variable, an init func) runs alone in a process, active
-//     from the start. -j processes run at once, at most one booting its control plane per two cores.
+//  4. The runs: a test process of the schema runs up to 10 mutants that have the same covering specs left,
+//     each spec once per mutant, a run each: ENSEMBLE_MUTANTS names the mutant of each run, suite/mutant's
+//     init makes the first active, and the harness the next between runs, after the previous run's manager
+//     instances stopped and before the fresh ones start (mutant.Begin), so the control plane boots once for
+//     all of them. The runs are -ginkgo.flake-attempts (ENSEMBLE_MUTANTS_RETRY), and every run goes on to
+//     the next: the harness fails a run that passed on purpose (mutant.ErrPassed) and a run whose mutant
+//     failed earlier in the process at once (mutant.ErrDone); each run's first failure in the report says
+//     how it ended. A mutant a run fails is killed; one that passed all its specs survived; one whose runs
+//     were not all judged waits for another process with the specs it has left. A run past -timeout is
+//     timed out (counted as killed) and its process ended: the process writes a line to stderr as each run
+//     begins and ends (mutant.Marker), so the command knows which run of which spec hung or died, judges
+//     the runs before it, and runs the ones after it again elsewhere. A run that could not begin because
+//     the one before left something behind runs again; one whose managers did not stop fails; a process in
+//     which a suite node failed (the AfterSuite) runs each of its mutants again alone. A mutant evaluated
+//     while its package initialises (a package-level variable, an init func) runs alone in a process,
+//     active from the start. -j processes run at once, at most one booting its control plane per two
+//     cores: past its boot a process mostly waits on the control plane (a killed run waits out its spec's
+//     timeout), so -j may exceed the cores.
 //  5. A mutant the schema cannot hold (a constant expression, which a call would make a variable one; a
 //     shift; a switch that does not type-check) is compiled alone with its token replaced and runs its
 //     covering specs with -ginkgo.fail-fast, as every mutant once did; the output names each and why.
@@ -96,9 +98,10 @@ Run it from the module's root: -pkg and -suite are relative to it. gremlins ` + 
 mutants; without -gremlins it is installed once (go install) under the user's cache directory. Each spec the
 label filter selects first runs alone with -coverpkg (all must pass). Then every covered mutant's position
 is rewritten into a switch of suite/mutant, the suite is compiled once with go test -c -overlay (no file of
-the checkout is written), and each mutant runs only the specs that cover its position, a run of one spec
-each, up to 10 runs (mutants) of a spec in one test process. A mutant the switches cannot hold is compiled
-alone, as before. It prints killed, survived, not covered per file, the score and the survivors.`
+the checkout is written), and each mutant runs only the specs that cover its position, a run of each: one
+test process runs up to 10 mutants through their specs. A mutant the switches cannot hold is compiled
+alone, as before. -j processes run at once (past its boot a process mostly waits, so -j may exceed the
+cores). It prints killed, survived, not covered per file, the score and the survivors.`
 
 // GremlinsVersion is the gremlins release whose dry run lists the mutants (mutations copies its token
 // replacements); the one installed when -gremlins is not given.
