@@ -199,6 +199,20 @@ type batchResult struct {
 	cells        map[cell]outcome
 	took         map[cell]time.Duration
 	solo, single bool
+	// lost is the run a signal from outside the command ended (SIGINT, SIGTERM, SIGKILL: a user, a
+	// neighbour's pkill, the OOM killer), nil when none did: no verdict, and it runs again.
+	lost *cell
+}
+
+// interrupted says whether the report has one of specs interrupted (Ginkgo's state after a SIGINT or
+// SIGTERM).
+func interrupted(reports []types.Report, specs []string) bool {
+	for _, spec := range specs {
+		if sr, ok := ginkgoreport.It(reports, spec); ok && sr.State.Is(types.SpecStateInterrupted) {
+			return true
+		}
+	}
+	return false
 }
 
 // suiteNodeFailed says whether a suite node (BeforeSuite, AfterSuite, a ReportAfterSuite) failed, with
@@ -456,6 +470,20 @@ func judgeBatch(b batch, p process) (batchResult, error) {
 	if p.timedOut != nil {
 		last = *p.timedOut
 	}
+	if p.timedOut == nil && (p.code == -1 || interrupted(p.reports, b.specs)) {
+		// A signal from outside ended the process: the runs before the one it was in are judged, that one
+		// and the ones after it run again.
+		res.lost = &last
+		if p.reportErr != nil {
+			for _, c := range begun {
+				if c != last && ended[c] != "" {
+					set(c, map[bool]verdict{true: passed, false: Killed}[ended[c] == "passed"],
+						"[FAILED] "+textout.Cut(c.spec, 100)+" (its report lost: the test process was ended from outside later)")
+				}
+			}
+			return res, nil
+		}
+	}
 	if p.reportErr != nil {
 		// No report: the ended markers judge the runs that ended, and the one it ended in died (or hung).
 		for _, c := range begun {
@@ -529,6 +557,21 @@ func judgeBatch(b batch, p process) (batchResult, error) {
 			v = TimedOut
 		}
 		set(last, v, suiteFailure(p.reports, p.output))
+		return res, nil
+	}
+	if res.lost != nil {
+		keep := map[cell]bool{}
+		for _, c := range begun {
+			if c == last {
+				break
+			}
+			keep[c] = true
+		}
+		for c := range res.cells {
+			if !keep[c] {
+				delete(res.cells, c)
+			}
+		}
 		return res, nil
 	}
 	if p.timedOut != nil {

@@ -90,6 +90,11 @@ func TestJudgeBatch(t *testing.T) {
 			markers: marks(`1 of "pool scales" begins (mutant 1)`, `1 of "pool scales" failed after its spec: stopping manager op: timeout`,
 				`2 of "pool scales" begins (mutant 2)`, `3 of "pool scales" begins (mutant 3)`)},
 			"a1K a3P", "[FAILED after its spec] stopping manager op"},
+		// A signal from outside (a user, a neighbour's pkill) is no verdict: the run it ended runs again.
+		{"a signal from outside ends run 2", three, process{code: 1, reports: reports(tries(a, 3, types.SpecStateInterrupted, ok, "Interrupted by User")),
+			markers: marks(`1 of "pool scales" begins (mutant 1)`, `2 of "pool scales" begins (mutant 2)`)}, "a1P lost a2", ""},
+		{"a signal from outside kills run 2's process", three, process{code: -1, reportErr: errors.New("none"),
+			markers: marks(`1 of "pool scales" begins (mutant 1)`, `1 of "pool scales" ended: passed`, `2 of "pool scales" begins (mutant 2)`)}, "a1P lost a2", ""},
 		{"every run passes, the AfterSuite fails", three, process{reports: reports(tries(a, 3, failed, ok, ok, ok), afterSuite)}, "solo", ""},
 		{"the one run passes, the AfterSuite fails", batch{specs: []string{a}, mutants: []int{0}},
 			process{reports: reports(tries(a, 1, failed, ok), afterSuite)}, "a1K", "the sentinel cluster changed"},
@@ -138,6 +143,9 @@ func TestJudgeBatch(t *testing.T) {
 			}
 			if res.solo {
 				got = append(got, "solo")
+			}
+			if res.lost != nil {
+				got = append(got, fmt.Sprintf("lost %c%d", map[string]rune{a: 'a', b: 'b'}[res.lost.spec], res.lost.run))
 			}
 			if res.single {
 				got = append(got, "single")

@@ -10,6 +10,10 @@ import (
 // batchRuns is how many mutants one test process of the schema runs (a run each, of each of its specs).
 const batchRuns = 10
 
+// maxLost is how many of a mutant's runs a signal from outside may end before the mutant is judged
+// killed by them.
+const maxLost = 3
+
 // scheduler hands out the schema's batches and moves each mutant through the specs that cover it. A batch
 // is up to batchRuns mutants with the same specs left, which one test process runs as flake attempts, each
 // spec once per mutant: the harness fails a run that passed on purpose and a run whose mutant failed
@@ -19,8 +23,10 @@ const batchRuns = 10
 type scheduler struct {
 	r  *runner
 	ms []Mutant
-	// left are each mutant's specs still to pass, fastest alone first.
+	// left are each mutant's specs still to pass, fastest alone first; lost counts the runs of each that a
+	// signal from outside ended.
 	left map[int][]string
+	lost map[int]int
 	// waiting holds the mutants waiting for a batch, by their specs' key (specsKey); solo those that run
 	// alone in a process.
 	waiting map[string][]int
@@ -45,7 +51,7 @@ func specsKey(specs []string) string { return strings.Join(specs, "\x00") }
 // schemaRuns judges the schema mutants of todo with the compiled schema bin, r.jobs processes at once,
 // printing a line as each is judged (done of total so far).
 func (r *runner) schemaRuns(bin string, ms []Mutant, todo []int, done *int, total int) (processes, runs int, err error) {
-	s := &scheduler{r: r, ms: ms, left: map[int][]string{}, waiting: map[string][]int{}, total: total}
+	s := &scheduler{r: r, ms: ms, left: map[int][]string{}, lost: map[int]int{}, waiting: map[string][]int{}, total: total}
 	s.cond = sync.NewCond(&s.mu)
 	s.done = *done
 	for _, i := range todo {
@@ -153,6 +159,14 @@ func (s *scheduler) finish(b batch, res batchResult, err error) {
 	s.single = s.single || res.single
 	for k, i := range b.mutants {
 		m := &s.ms[i]
+		if res.lost != nil && res.lost.run == k+1 {
+			// A mutant whose runs outside signals keep ending (the OOM killer's, say) is judged by them.
+			if s.lost[i]++; s.lost[i] == maxLost {
+				m.Status, m.Detail = Killed, fmt.Sprintf("[LOST] %s: its test process was ended by a signal from outside %d times, in this run", res.lost.spec, maxLost)
+				s.report(i)
+				continue
+			}
+		}
 		var failed *outcome
 		for _, spec := range b.specs {
 			c := cell{spec: spec, run: k + 1}
