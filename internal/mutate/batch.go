@@ -231,12 +231,10 @@ func suiteNodeFailed(reports []types.Report) (string, bool) {
 // suiteFailure names what failed a suite whose spec passed or never ran: a failed suite node, a special
 // reason, else the output's first failure line.
 func suiteFailure(reports []types.Report, output string) string {
+	if detail, failed := suiteNodeFailed(reports); failed {
+		return detail
+	}
 	for _, rep := range reports {
-		for _, sr := range rep.SpecReports {
-			if sr.LeafNodeType != types.NodeTypeIt && sr.Failed() {
-				return fmt.Sprintf("[%s] %s: %s", strings.ToUpper(sr.State.String()), sr.LeafNodeType, firstLine(sr.Failure.Message))
-			}
-		}
 		for _, reason := range rep.SpecialSuiteFailureReasons {
 			return "suite: " + reason
 		}
@@ -279,6 +277,7 @@ type watcher struct {
 	at      []time.Time
 }
 
+// Write keeps b and hands on each marker line it completes; it never fails.
 func (w *watcher) Write(b []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -560,18 +559,7 @@ func judgeBatch(b batch, p process) (batchResult, error) {
 		return res, nil
 	}
 	if res.lost != nil {
-		keep := map[cell]bool{}
-		for _, c := range begun {
-			if c == last {
-				break
-			}
-			keep[c] = true
-		}
-		for c := range res.cells {
-			if !keep[c] {
-				delete(res.cells, c)
-			}
-		}
+		keepBefore(res.cells, begun, last)
 		return res, nil
 	}
 	if p.timedOut != nil {
@@ -583,19 +571,8 @@ func judgeBatch(b batch, p process) (batchResult, error) {
 		if o.detail == "" {
 			o.detail = "[TIMEDOUT] " + textout.Cut(last.spec, 100) + ": the run passed its limit, and its process was ended"
 		}
+		keepBefore(res.cells, begun, last)
 		res.cells[last] = o
-		keep := map[cell]bool{last: true}
-		for _, c := range begun {
-			if c == last {
-				break
-			}
-			keep[c] = true
-		}
-		for c := range res.cells {
-			if !keep[c] {
-				delete(res.cells, c)
-			}
-		}
 		return res, nil
 	}
 	for c := range unjudged {
@@ -635,4 +612,21 @@ func judgeBatch(b batch, p process) (batchResult, error) {
 		}
 	}
 	return res, nil
+}
+
+// keepBefore deletes from cells every cell but those that began (begun, in order) before last: the runs a
+// process judged before the one it ended in.
+func keepBefore(cells map[cell]outcome, begun []cell, last cell) {
+	keep := map[cell]bool{}
+	for _, c := range begun {
+		if c == last {
+			break
+		}
+		keep[c] = true
+	}
+	for c := range cells {
+		if !keep[c] {
+			delete(cells, c)
+		}
+	}
 }

@@ -134,8 +134,10 @@ func (p *program) check(pkg *packages.Package, replaced map[string]*ast.File) []
 	return errs
 }
 
+// importerFunc is a types.Importer made of a func.
 type importerFunc func(path string) (*types.Package, error)
 
+// Import is f(path): the package of that import path, or why there is none.
 func (f importerFunc) Import(path string) (*types.Package, error) { return f(path) }
 
 // siteForm is how a switch is written.
@@ -473,6 +475,8 @@ func (p *program) form(s *site, path []ast.Node) string {
 	return fmt.Sprintf("no switch for %T %s", s.node, s.op)
 }
 
+// set gives s form f and the generic switch helper ("" for none yet), and returns "", which form returns
+// for a site that can be a switch.
 func (s *site) set(f siteForm, helper string) string {
 	s.form, s.helper = f, helper
 	return ""
