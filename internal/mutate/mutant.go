@@ -75,14 +75,21 @@ var mutations = map[string]map[token.Token]token.Token{
 // gremlinsReport is the part of gremlins' -o JSON that names the mutants (file names relative to the
 // directory gremlins was pointed at).
 type gremlinsReport struct {
-	Files []struct {
-		FileName  string `json:"file_name"`
-		Mutations []struct {
-			Type   string `json:"type"`
-			Line   int    `json:"line"`
-			Column int    `json:"column"`
-		} `json:"mutations"`
-	} `json:"files"`
+	Files []gremlinsFile `json:"files"`
+}
+
+// gremlinsFile is one file's mutants in gremlinsReport.
+type gremlinsFile struct {
+	FileName  string             `json:"file_name"`
+	Mutations []gremlinsMutation `json:"mutations"`
+}
+
+// gremlinsMutation is one mutant of a gremlinsFile: its kind (gremlins' name, "CONDITIONALS_NEGATION") and
+// its token's line and column (from 1).
+type gremlinsMutation struct {
+	Type   string `json:"type"`
+	Line   int    `json:"line"`
+	Column int    `json:"column"`
 }
 
 // parseGremlins reads gremlins' JSON report of a dry run over dir (module-relative) and returns its

@@ -45,20 +45,9 @@ func TestMutateWithAFakeSuite(t *testing.T) {
 	}
 	t.Setenv("KUBEBUILDER_ASSETS", assets)
 	var rep gremlinsReport
-	rep.Files = append(rep.Files, struct {
-		FileName  string `json:"file_name"`
-		Mutations []struct {
-			Type   string `json:"type"`
-			Line   int    `json:"line"`
-			Column int    `json:"column"`
-		} `json:"mutations"`
-	}{FileName: "calc.go"})
+	rep.Files = append(rep.Files, gremlinsFile{FileName: "calc.go"})
 	for _, m := range enumerate(t, file, gremlinsDefaults) {
-		rep.Files[0].Mutations = append(rep.Files[0].Mutations, struct {
-			Type   string `json:"type"`
-			Line   int    `json:"line"`
-			Column int    `json:"column"`
-		}{m.Kind, m.Line, m.Col})
+		rep.Files[0].Mutations = append(rep.Files[0].Mutations, gremlinsMutation{m.Kind, m.Line, m.Col})
 	}
 	b, _ := json.Marshal(rep)
 	t.Setenv("FAKE_GREMLINS_REPORT", filepath.Join(dir, "gremlins.json"))
