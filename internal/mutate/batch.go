@@ -202,6 +202,10 @@ type batchResult struct {
 	// lost is the run a signal from outside the command ended (SIGINT, SIGTERM, SIGKILL: a user, a
 	// neighbour's pkill, the OOM killer), nil when none did: no verdict, and it runs again.
 	lost *cell
+	// setup is the failure of a BeforeSuite that failed before any spec ran ("" when none did), which also
+	// kills run 1's mutant in cells: a kube-apiserver that did not come up on a busy machine says nothing of
+	// the mutants, so the scheduler first runs the batch's mutants again in another process, once.
+	setup string
 }
 
 // interrupted says whether the report has one of specs interrupted (Ginkgo's state after a SIGINT or
@@ -221,11 +225,30 @@ func suiteNodeFailed(reports []types.Report) (string, bool) {
 	for _, rep := range reports {
 		for _, sr := range rep.SpecReports {
 			if sr.LeafNodeType != types.NodeTypeIt && sr.Failed() {
-				return fmt.Sprintf("[%s] %s: %s", strings.ToUpper(sr.State.String()), sr.LeafNodeType, firstLine(sr.Failure.Message)), true
+				return nodeFailure(sr), true
 			}
 		}
 	}
 	return "", false
+}
+
+// nodeFailure is a failed suite node's failure on one line: its state, its kind and the first line of its
+// message.
+func nodeFailure(sr types.SpecReport) string {
+	return fmt.Sprintf("[%s] %s: %s", strings.ToUpper(sr.State.String()), sr.LeafNodeType, firstLine(sr.Failure.Message))
+}
+
+// setupFailure is the failure of a BeforeSuite (or SynchronizedBeforeSuite) that failed (nodeFailure); ""
+// when none did.
+func setupFailure(reports []types.Report) string {
+	for _, rep := range reports {
+		for _, sr := range rep.SpecReports {
+			if sr.LeafNodeType.Is(types.NodeTypeBeforeSuite|types.NodeTypeSynchronizedBeforeSuite) && sr.Failed() {
+				return nodeFailure(sr)
+			}
+		}
+	}
+	return ""
 }
 
 // suiteFailure names what failed a suite whose spec passed or never ran: a failed suite node, a special
@@ -554,6 +577,8 @@ func judgeBatch(b batch, p process) (batchResult, error) {
 		v := Killed
 		if p.timedOut != nil {
 			v = TimedOut
+		} else {
+			res.setup = setupFailure(p.reports)
 		}
 		set(last, v, suiteFailure(p.reports, p.output))
 		return res, nil

@@ -99,7 +99,10 @@ func TestJudgeBatch(t *testing.T) {
 		{"the one run passes, the AfterSuite fails", batch{specs: []string{a}, mutants: []int{0}},
 			process{reports: reports(tries(a, 1, failed, ok), afterSuite)}, "a1K", "the sentinel cluster changed"},
 		{"the suite runs a spec once", three, process{reports: reports(tries(a, 0, types.SpecStatePassed, ""))}, "a1P single", ""},
-		{"BeforeSuite fails", three, process{reports: beforeSuite}, "a1K", "boot failed"},
+		// A BeforeSuite that failed is a kill of run 1's mutant, which the scheduler gives a second process
+		// first (setup).
+		{"BeforeSuite fails", three, process{reports: beforeSuite}, "a1K setup", "boot failed"},
+		{"BeforeSuite hangs", three, process{code: 1, timedOut: &cell{a, 1}, reports: beforeSuite}, "a1T", "boot failed"},
 		// A spec that makes no case of the harness never switches mutants: its runs ran under one.
 		{"runs without markers", three, process{reports: reports(tries(a, 3, failed, ok, ok, ok)), markers: []mutant.Marker{}}, "solo", ""},
 	} {
@@ -149,6 +152,9 @@ func TestJudgeBatch(t *testing.T) {
 			}
 			if res.single {
 				got = append(got, "single")
+			}
+			if res.setup != "" {
+				got = append(got, "setup")
 			}
 			if g := strings.Join(got, " "); g != tc.want {
 				t.Errorf("cells %q, want %q", g, tc.want)
@@ -206,5 +212,33 @@ func TestSchedulerBatches(t *testing.T) {
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("batches\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// A batch whose BeforeSuite failed before any spec ran waits again whole, without a verdict; the second
+// such failure of a batch of those mutants kills its first run's mutant.
+func TestSchedulerRetriesAFailedSetUpOnce(t *testing.T) {
+	var out strings.Builder
+	r := &runner{config: config{jobs: 1}, ctx: context.Background(), out: &out, alone: map[string]time.Duration{"a": time.Second}}
+	ms := make([]Mutant, 3)
+	s := &scheduler{r: r, ms: ms, left: map[int][]string{}, lost: map[int]int{}, setupRetried: map[int]bool{}, waiting: map[string][]int{}, total: 3}
+	s.cond = sync.NewCond(&s.mu)
+	for i := range ms {
+		s.left[i] = []string{"a"}
+		s.enqueue(i)
+	}
+	failedSetUp := batchResult{cells: map[cell]outcome{{"a", 1}: {Killed, "[FAILED] BeforeSuite: boot failed"}}, setup: "[FAILED] BeforeSuite: boot failed"}
+	for try := 1; try <= 2; try++ {
+		b, ok := s.take()
+		if !ok || len(b.mutants) != 3 {
+			t.Fatalf("try %d: batch %v, %t, want the 3 mutants", try, b.mutants, ok)
+		}
+		s.finish(b, failedSetUp, nil)
+	}
+	if waiting := s.waiting[specsKey([]string{"a"})]; ms[0].Status != Killed || s.done != 1 || fmt.Sprint(waiting) != "[1 2]" {
+		t.Errorf("after two failed set-ups: mutant 0 %q, %d judged, %v waiting; want mutant 0 killed, 1 and 2 waiting", ms[0].Status, s.done, waiting)
+	}
+	if !strings.Contains(out.String(), "go to another process") {
+		t.Errorf("the output does not say the first failure's mutants run again:\n%s", out.String())
 	}
 }

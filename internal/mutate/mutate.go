@@ -40,7 +40,9 @@
 //     begins and ends (mutant.Marker), so the command knows which run of which spec hung or died, judges
 //     the runs before it, and runs the ones after it again elsewhere. A run that could not begin because
 //     the one before left something behind runs again; one whose managers did not stop fails; a process in
-//     which a suite node failed (the AfterSuite) runs each of its mutants again alone. A mutant evaluated
+//     which a suite node failed (the AfterSuite) runs each of its mutants again alone; one whose
+//     BeforeSuite failed before any run began runs its mutants again in another process, once, as make
+//     explore does (a second such failure kills the first run's mutant). A mutant evaluated
 //     while its package initialises (a package-level variable, an init func) runs alone in a process,
 //     active from the start. -j processes run at once, at most one booting its control plane per two
 //     cores: past its boot a process mostly waits on the control plane (a killed run waits out its spec's

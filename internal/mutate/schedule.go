@@ -27,6 +27,9 @@ type scheduler struct {
 	// signal from outside ended.
 	left map[int][]string
 	lost map[int]int
+	// setupRetried marks the mutants of a batch whose BeforeSuite failed before any spec ran, run again
+	// once in another process; a second such failure kills the first run's mutant.
+	setupRetried map[int]bool
 	// waiting holds the mutants waiting for a batch, by their specs' key (specsKey); solo those that run
 	// alone in a process.
 	waiting map[string][]int
@@ -51,7 +54,7 @@ func specsKey(specs []string) string { return strings.Join(specs, "\x00") }
 // schemaRuns judges the schema mutants of todo with the compiled schema bin, r.jobs processes at once,
 // printing a line as each is judged (done of total so far).
 func (r *runner) schemaRuns(bin string, ms []Mutant, todo []int, done *int, total int) (processes, runs int, err error) {
-	s := &scheduler{r: r, ms: ms, left: map[int][]string{}, lost: map[int]int{}, waiting: map[string][]int{}, total: total}
+	s := &scheduler{r: r, ms: ms, left: map[int][]string{}, lost: map[int]int{}, setupRetried: map[int]bool{}, waiting: map[string][]int{}, total: total}
 	s.cond = sync.NewCond(&s.mu)
 	s.done = *done
 	for _, i := range todo {
@@ -143,7 +146,8 @@ func longest(qs map[string][]int) string {
 }
 
 // finish applies a batch's results: a mutant with a killed (or timed out) run is judged killed, one that
-// passed its last spec survived, and the others wait again with the specs they passed struck off.
+// passed its last spec survived, and the others wait again with the specs they passed struck off. A batch
+// whose BeforeSuite failed before any spec ran waits again whole, once.
 func (s *scheduler) finish(b batch, res batchResult, err error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -157,6 +161,16 @@ func (s *scheduler) finish(b batch, res batchResult, err error) {
 	}
 	s.processes++
 	s.single = s.single || res.single
+	if res.setup != "" && !s.setupRetried[b.mutants[0]] {
+		// As make explore does with a batch whose suite set-up failed: the mutants run again in another
+		// process, once, and the first run's mutant is killed only if that fails too.
+		for _, i := range b.mutants {
+			s.setupRetried[i] = true
+			s.enqueue(i)
+		}
+		fmt.Fprintf(s.r.out, "a test process failed its suite set-up before its first run (%s); its %d mutants go to another process\n", res.setup, len(b.mutants))
+		return
+	}
 	for k, i := range b.mutants {
 		m := &s.ms[i]
 		if res.lost != nil && res.lost.run == k+1 {
