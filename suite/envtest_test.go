@@ -25,16 +25,19 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	"github.com/ensembletest/ensemble/internal/controlplane"
 	"github.com/ensembletest/ensemble/internal/recordtb"
@@ -96,6 +99,47 @@ func (l *looper) SetupWithManager(mgr ctrl.Manager) error {
 		For(&corev1.ConfigMap{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
 			return o.GetLabels()["loop"] == "true"
 		}))).Complete(l)
+}
+
+// retrier fails its passes on a ConfigMap labelled fail=<n> until it has failed n times ("always": every
+// time; "terminal": every time, with a reconcile.TerminalError), then passes. Its rate limiter retries a failed
+// key after 1 s, longer than the quiescence windows its test uses, as a real backoff soon is.
+type retrier struct {
+	client.Client
+	mu     sync.Mutex
+	failed map[types.UID]int
+}
+
+func (r *retrier) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
+	cm := &corev1.ConfigMap{}
+	if err := r.Get(ctx, req.NamespacedName, cm); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n, done := r.failed[cm.UID], false
+	switch want := cm.Labels["fail"]; want {
+	case "terminal":
+		return ctrl.Result{}, reconcile.TerminalError(errors.New("retrier: gives up"))
+	case "always":
+	default:
+		times, _ := strconv.Atoi(want)
+		done = n >= times
+	}
+	if done {
+		return ctrl.Result{}, nil
+	}
+	r.failed[cm.UID]++
+	return ctrl.Result{}, fmt.Errorf("retrier: failure %d", n+1)
+}
+
+func (r *retrier) SetupWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewControllerManagedBy(mgr).Named("retrier").
+		For(&corev1.ConfigMap{}, builder.WithPredicates(predicate.NewPredicateFuncs(func(o client.Object) bool {
+			return o.GetLabels()["fail"] != ""
+		}))).
+		WithOptions(controller.Options{RateLimiter: workqueue.NewTypedItemExponentialFailureRateLimiter[reconcile.Request](time.Second, time.Second)}).
+		Complete(r)
 }
 
 // patience bounds every wait of the harness's envtest tests on a condition or on quiescence: such a wait
@@ -189,6 +233,9 @@ func TestPlainTestingT(t *testing.T) {
 			if err := stall.SetupWithManager(mgr); err != nil {
 				return err
 			}
+			if err := (&retrier{Client: mgr.GetClient(), failed: map[types.UID]int{}}).SetupWithManager(mgr); err != nil {
+				return err
+			}
 			return (&looper{Client: mgr.GetClient()}).SetupWithManager(mgr)
 		}}}})
 	if err != nil {
@@ -205,6 +252,7 @@ func TestPlainTestingT(t *testing.T) {
 	t.Run("wrapped controller", func(t *testing.T) { testWrappedController(t, s) })
 	t.Run("field writers", func(t *testing.T) { testFieldWriters(t, s) })
 	t.Run("quiescence verdicts", func(t *testing.T) { testQuiescenceVerdicts(t, s) })
+	t.Run("quiescence waits for a retry", func(t *testing.T) { testQuiescenceWaitsForARetry(t, s) })
 	t.Run("invariants", func(t *testing.T) { testInvariants(t, s) })
 	t.Run("pins", func(t *testing.T) { testPins(t, s) })
 	t.Run("deletion hygiene", func(t *testing.T) { testDeletionHygiene(t, s) })
@@ -383,6 +431,46 @@ func testQuiescenceVerdicts(t *testing.T, s *Suite) {
 		if !strings.Contains(page, want) {
 			t.Errorf("the failed spec's timeline does not hold %q", want)
 		}
+	}
+}
+
+// testQuiescenceWaitsForARetry: a key whose last pass failed is retried by its controller's rate limiter,
+// so quiescence waits for that retry (1 s later, past the 300 ms window) and passes once it succeeds; it
+// fails a key that fails every time only at its timeout, and a key whose error was terminal at once.
+func testQuiescenceWaitsForARetry(t *testing.T, s *Suite) {
+	failing := func(c *Case, name, fail string) {
+		t.Helper()
+		if err := c.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"fail": fail}}}); err != nil {
+			t.Fatal(err)
+		}
+		NewWithT(t).Eventually(func() bool {
+			return slices.ContainsFunc(c.Passes(PassFilter{Controller: "retrier"}), func(p Pass) bool { return p.Err != nil })
+		}).WithTimeout(patience).Should(BeTrue(), "the retrier never failed a pass in %s", c.Namespace)
+	}
+	c := s.NewCase(t)
+	failing(c, "twice", "2")
+	if took, err := c.Quiescent(300*time.Millisecond, patience); err != nil || took < 900*time.Millisecond {
+		t.Errorf("a key retried after failing twice: quiet after %s with %v, want quiet once its retries succeeded (each 1 s after the last failure)", took, err)
+	}
+	if p := c.Passes(PassFilter{Controller: "retrier"}); len(p) < 3 || p[len(p)-1].Err != nil {
+		t.Errorf("the retrier's passes %v: want 2 failures, then a pass without error", p)
+	}
+
+	p := &recordtb.TB{TestName: "always"}
+	defer p.RunCleanups()
+	always := s.NewCase(p)
+	failing(always, "always", "always")
+	// Retried every second from its first failure: the 2.5 s timeout falls half a second from the retries.
+	if took, err := always.Quiescent(300*time.Millisecond, 2500*time.Millisecond); !errors.Is(err, errLastPassFailed) || took < 2500*time.Millisecond {
+		t.Errorf("a key that always fails: %v after %s, want %v at the 2.5 s timeout", err, took, errLastPassFailed)
+	}
+
+	q := &recordtb.TB{TestName: "terminal"}
+	defer q.RunCleanups()
+	terminal := s.NewCase(q)
+	failing(terminal, "gives-up", "terminal")
+	if took, err := terminal.Quiescent(300*time.Millisecond, patience); !errors.Is(err, errLastPassFailed) || took > patience/2 {
+		t.Errorf("a key whose error was terminal: %v after %s, want %v without waiting for the timeout", err, took, errLastPassFailed)
 	}
 }
 

@@ -435,7 +435,7 @@ func (s *Suite) releaseWhenQuiet(pl *plan, f *firing) {
 		ctx, cancel := context.WithTimeout(context.Background(), quietReleaseMax)
 		defer cancel()
 		// Quiet or not within quietReleaseMax, the point ends: a lasting hold would only stall the case.
-		_, _ = s.waitQuiescent(ctx, pl.ns, time.Now(), quietRelease, quietReleaseMax)
+		_, _ = s.waitQuiescent(ctx, pl.ns, time.Now(), quietRelease, quietReleaseMax, func(c *quietConfig) { c.firstQuiet = true })
 		pl.release(f)
 	})
 }

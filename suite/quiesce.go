@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"strings"
 	"time"
+
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
 // errInterrupted is what a Case's checks fail with once a SIGINT or SIGTERM stopped the control plane.
@@ -14,8 +16,10 @@ var errInterrupted = errors.New("suite: the run was interrupted (SIGINT or SIGTE
 // errNotQuiet is wrapped by the error RequireQuiescent fails with when the namespace was not quiet in time.
 var errNotQuiet = errors.New("not quiescent")
 
-// errLastPassFailed is wrapped by the error RequireQuiescent fails with when the namespace went quiet but the last
-// reconcile pass of some controller key in it returned an error (a controller that gave up is not converged).
+// errLastPassFailed is wrapped by the error RequireQuiescent fails with when the namespace stayed quiet until the
+// timeout while the last reconcile pass of some controller key in it had returned an error (controller-runtime
+// retries such a key, so a quiet namespace with one is waiting for that retry), or at once when every such error
+// was terminal (reconcile.TerminalError, never retried): a controller that gave up is not converged.
 var errLastPassFailed = errors.New("quiet, but a last reconcile pass ended in an error")
 
 // QuietOption changes what RequireQuiescent counts as activity.
@@ -23,6 +27,9 @@ type QuietOption func(*quietConfig)
 
 type quietConfig struct {
 	stateOnly bool
+	// firstQuiet ends the wait at the first quiet window even when a last pass ended in an error that will be
+	// retried (a perturbation's release, which only needs the namespace quiet for a moment).
+	firstQuiet bool
 	// hotLoops ends the wait at the first hot loop in the namespace (a case that did not opt out of HotLoop).
 	hotLoops bool
 }
@@ -34,7 +41,10 @@ func StateOnly() QuietOption { return func(c *quietConfig) { c.stateOnly = true 
 
 // waitQuiescent waits until namespace ns has been quiet for window: no watched object changed, no write to
 // it was attempted (see StateOnly), and no reconcile pass for it is running. It then checks that the last
-// pass of every controller key in ns did not end in an error.
+// pass of every controller key in ns did not end in an error. A last pass that ended in an error which is
+// not terminal has a retry to come (the controller's rate limiter, whose delays double up to minutes, and
+// which ensemble does not shorten), so the wait goes on for that retry until timeout; it judges the errors
+// at once only when all are terminal.
 //
 // It returns how long the call took (about zero when ns had already been quiet for window). Errors: ctx
 // done; errNotQuiet after timeout, with the busiest objects, their field transitions and the writers
@@ -72,22 +82,26 @@ func (s *Suite) waitQuiescent(ctx context.Context, ns string, since time.Time, w
 		}
 		running := s.rec.running(ns)
 		now := time.Now()
+		retryDue := false
 		if running == 0 && now.Sub(last) >= window {
 			took := now.Sub(start)
-			if failed := s.rec.lastPassErrors(ns); len(failed) > 0 {
+			failed := s.rec.lastPassErrors(ns)
+			if len(failed) == 0 {
+				return took, nil
+			}
+			if retryDue = !cfg.firstQuiet && !allTerminal(failed) && now.Before(deadline); !retryDue {
 				var lines []string
 				for _, p := range failed {
 					lines = append(lines, p.line())
 				}
 				return took, fmt.Errorf("namespace %s: %w:\n%s", ns, errLastPassFailed, indent(lines))
 			}
-			return took, nil
 		}
 		if now.After(deadline) {
 			return now.Sub(start), fmt.Errorf("namespace %s: %w within %s (window %s):\n%s", ns, errNotQuiet, timeout, window, s.activityReport(ns, start))
 		}
 		next := last.Add(window)
-		if running > 0 || next.After(deadline) {
+		if running > 0 || retryDue || next.After(deadline) {
 			next = deadline
 		}
 		timer := time.NewTimer(time.Until(next) + time.Millisecond)
@@ -100,6 +114,17 @@ func (s *Suite) waitQuiescent(ctx context.Context, ns string, since time.Time, w
 		}
 		timer.Stop()
 	}
+}
+
+// allTerminal reports whether every pass in failed returned a reconcile.TerminalError, which controller-runtime
+// does not retry.
+func allTerminal(failed []Pass) bool {
+	for _, p := range failed {
+		if !errors.Is(p.Err, reconcile.TerminalError(nil)) {
+			return false
+		}
+	}
+	return true
 }
 
 // activityReport names what kept namespace ns busy since t: the busiest objects, the fields that changed
