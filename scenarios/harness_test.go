@@ -132,8 +132,12 @@ var _ = Describe("harness", Label("harness"), func() {
 		Expect(c.Update("held", pod, func() { pod.Finalizers = nil })).To(Succeed())
 		Eventually(func() bool { return apierrors.IsNotFound(c.Get("held", &corev1.Pod{})) }).
 			WithTimeout(harnessPatience).Should(BeTrue(), "the pod is still there, terminating, after its refused delete")
-		deletes := c.Writes(suite.WriteFilter{Manager: "dataplane", Controller: "dataplane-kubelet", Name: "held", Verb: suite.VerbDelete, IncludeRejected: true})
-		Expect(len(deletes)).To(BeNumerically(">=", 2), "the refused delete and its retry")
+		// A delete is recorded when its response returns, which can be after the pod is seen gone.
+		var deletes []suite.Write
+		Eventually(func() []suite.Write {
+			deletes = c.Writes(suite.WriteFilter{Manager: "dataplane", Controller: "dataplane-kubelet", Name: "held", Verb: suite.VerbDelete, IncludeRejected: true})
+			return deletes
+		}).WithTimeout(harnessPatience).Should(WithTransform(func(w []suite.Write) int { return len(w) }, BeNumerically(">=", 2)), "the refused delete and its retry")
 		Expect(deletes[0].Err).To(MatchError(ContainSubstring("injected by point conflict@dataplane/dataplane-kubelet:Pod/held#1")))
 	})
 
