@@ -116,7 +116,8 @@ $(COMMANDS): $(BIN)/%:
 .PHONY: defect-matrix
 
 # bugs: internal/cmd/bugs reproduces each known bug of examples/bugs.yaml at its buggy version (an example's
-# ordinary spec, unperturbed or with explore's budget over it) and checks the same at its fixed version.
+# ordinary spec, unperturbed or with explore's budget over it) and checks the same at its fixed version; entries
+# with the same example, buggy version, spec and explore options share one run (a sweep with an -until each).
 BUGS ?=
 .PHONY: bugs
 bugs: envtest-assets $(BIN)/bugs $(ENSEMBLE) ## Known bugs of the examples' operators, found at their buggy versions and not at the fixed ones: bug | operator | buggy | fixed | found by | points tried | time to find | verdict at fixed (BUGS=ID,ID; EXPLORE_JOBS=n; REPORT_DIR=dir).
@@ -172,7 +173,7 @@ BATCH ?=
 EXPLORE_JOBS ?= 1
 
 .PHONY: explore
-explore: envtest-assets $(ENSEMBLE) ## Perturb the FOCUS=<spec regexp> specs one point at a time and compare with their unperturbed runs: point | mode | verdict | first difference, a rerun command per failing point (MODES=a,b|all, BUDGET=40|20m, POINTS=, REPEAT=n, SUITE=examples/kuberay, LAG=15s, UNTIL=<regexp> stops at the first point whose failure it matches (. for any), SHARD=i/n runs a part, FROM=dir takes an earlier run's unperturbed runs, BATCH=10 runs per test process, EXPLORE_JOBS=1, REPORT_DIR=dir).
+explore: envtest-assets $(ENSEMBLE) ## Perturb the FOCUS=<spec regexp> specs one point at a time and compare with their unperturbed runs: point | mode | verdict | first difference, a rerun command per failing point (MODES=a,b|all, BUDGET=40|20m, POINTS=, REPEAT=n, SUITE=examples/kuberay, LAG=15s, UNTIL=<regexp> stops at the first point whose failure it matches (. for any) and says which point, after how many and when, SHARD=i/n runs a part, FROM=dir takes an earlier run's unperturbed runs, BATCH=10 runs per test process, EXPLORE_JOBS=1, REPORT_DIR=dir).
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(ENSEMBLE) explore -make -suite "$(or $(SUITE),./scenarios)" -focus "$$FOCUS" -j $(EXPLORE_JOBS) -timeout $(SUITE_TIMEOUT) \
 	  $(if $(MODES),-modes "$$MODES") $(if $(BUDGET),-budget "$(BUDGET)") $(if $(POINTS),-points "$$POINTS") \
 	  $(if $(REPEAT),-repeat "$(REPEAT)") $(if $(BATCH),-batch "$(BATCH)") $(if $(LAG),-lag "$(LAG)") $(if $(UNTIL),-until "$$UNTIL") $(if $(SHARD),-shard "$(SHARD)") $(if $(FROM),-from $(abspath $(FROM))) \

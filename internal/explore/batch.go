@@ -55,10 +55,12 @@ type batcher struct {
 	took   [][]Duration
 	left   []int
 	// drawn counts the points handed out: the sampler's (this shard's and the others'), or todo's;
-	// started is when the points began.
-	drawn   int
-	started time.Time
-	// stop says no new point is taken: -until matched, or the suite cannot run a batch (setupErr).
+	// started is when the points began, began when the command did (for Row.Elapsed).
+	drawn          int
+	started, began time.Time
+	// matched says which of -until's regexps a failing row matched.
+	matched []bool
+	// stop says no new point is taken: every -until regexp matched, or the suite cannot run a batch (setupErr).
 	stop     bool
 	setupErr error
 	done     int
@@ -66,10 +68,12 @@ type batcher struct {
 }
 
 // runPoints runs phase 3: the points, in batches of -batch points of one spec per test process, -j processes
-// at once, -repeat runs each, into x.Rows. It returns every run's time and when the points began. Errors: a
-// suite that runs a spec once when a batch asks for more (it does not hand suite.Runs() to Ginkgo).
-func runPoints(ctx context.Context, c config, r *runner, p plan, x *Exploration, todo []SpecPoint, smp *sampler, desc string, out io.Writer) ([]time.Duration, time.Time, error) {
-	b := &batcher{c: c, p: p, x: x, todo: bySpec(todo), smp: smp, out: out, desc: desc, started: time.Now()}
+// at once, -repeat runs each, into x.Rows; began is when the command began. It returns every run's time and
+// when the points began. Errors: a suite that runs a spec once when a batch asks for more (it does not hand
+// suite.Runs() to Ginkgo).
+func runPoints(ctx context.Context, c config, r *runner, p plan, x *Exploration, todo []SpecPoint, smp *sampler, desc string, began time.Time, out io.Writer) ([]time.Duration, time.Time, error) {
+	b := &batcher{c: c, p: p, x: x, todo: bySpec(todo), smp: smp, out: out, desc: desc, started: time.Now(), began: began,
+		matched: make([]bool, len(p.until))}
 	baseline := strings.Join(x.Baselines, string(os.PathListSeparator))
 	workers(c.jobs, func() ([]item, int, bool) { return b.next(ctx) }, func(batch []item, _ int) {
 		b.run(ctx, r, batch, desc, baseline)
@@ -291,10 +295,13 @@ func (b *batcher) run(ctx context.Context, r *runner, batch []item, desc, baseli
 func (b *batcher) finishRow(i int, dir string) {
 	sp := b.points[i]
 	row := combine(sp, b.outs[i])
-	row.Took, row.Dir = b.took[i], dir
+	row.Took, row.Dir, row.Elapsed = b.took[i], dir, Duration(time.Since(b.began))
 	row.Command = rerun(b.c.suite, b.desc, sp.Spec, row.Point, b.c.viaMake)
 	b.x.Rows[i] = row
-	if b.p.until != nil && row.Verdict == Fail && b.p.until.MatchString(row.Failure+"\n"+row.Difference) {
+	for k, re := range b.p.until {
+		b.matched[k] = b.matched[k] || matches(re, row)
+	}
+	if len(b.matched) > 0 && !slices.Contains(b.matched, false) {
 		b.stop = true
 	}
 	b.done++
@@ -302,7 +309,7 @@ func (b *batcher) finishRow(i int, dir string) {
 		time.Duration(row.Took[len(row.Took)-1]).Round(100*time.Millisecond))
 }
 
-// finish leaves out the rows none of whose runs ran (-until stopped, an interrupt, a suite that cannot
+// finish leaves out the rows none of whose runs ran (-until's regexps all matched, an interrupt, a suite that cannot
 // batch), as if never taken, and gives the rows short of some runs the verdict error for those.
 func (b *batcher) finish() {
 	b.mu.Lock()

@@ -5,7 +5,7 @@
 // Usage (from the module that holds the suite; `make explore` runs this repository's scenarios):
 //
 //	ensemble explore -focus REGEXP [-suite .] [-modes conflict,timeout,...|all] [-budget 40|20m] [-batch 10]
-//	    [-lag 15s] [-until REGEXP] [-points 'POINT ...'] [-shard i/n] [-repeat N] [-j 1] [-report-dir DIR] [-timeout 20m] [-make]
+//	    [-lag 15s] [-until REGEXP]... [-points 'POINT ...'] [-shard i/n] [-repeat N] [-j 1] [-report-dir DIR] [-timeout 20m] [-make]
 //	ensemble explore -merge 'DIR/explore.json ...' -report-dir DIR
 //
 // It compiles the suite's test binary once (go test -c in the suite's directory, so a suite that is a Go
@@ -32,6 +32,11 @@
 //     points after it go to the next process. Each run's record (perturb.Record.Run) judges it: pass, fail,
 //     not reached (the point never fired) or error (the run could not be judged); its first difference is
 //     the differential oracle's first field, else the failure's first line.
+//
+// -until REGEXP, given once or more, stops taking points once each regexp has matched the failure or first
+// difference of a failing point (the points under way finish), and says for each the first point, in the
+// rows' order, that it matched: which, its place among the rows (how many points it took), and when its
+// verdict came (Exploration.Until).
 //
 // It prints the table (point | mode | verdict | first difference), the wall time per point, and for each
 // failing point the timeline the harness wrote and the one command that reruns exactly that point (go run
@@ -85,8 +90,9 @@ type config struct {
 	// batch is -batch: how many runs of points of one spec one test process makes.
 	batch        int
 	timeout, lag time.Duration
-	// until stops taking points once one has failed with a failure it matches ("" never stops).
-	until string
+	// until is -until, each time given: taking points stops once each has matched a failing point (none:
+	// never stops).
+	until untilFlags
 	// shard is -shard ("i/n", "" for all the points); merge is -merge's explore.json files; from is -from,
 	// a previous run's directory whose unperturbed runs this one takes instead of running its own.
 	shard, merge, from string
@@ -97,7 +103,7 @@ type config struct {
 }
 
 // Synopsis is the command's usage line.
-const Synopsis = "ensemble explore -focus REGEXP [-suite DIR] [-modes a,b|all] [-budget 40|20m] [-batch 10] [-lag 15s] [-until REGEXP] [-points 'POINT ...'] [-shard i/n] [-from DIR] [-repeat N] [-j 1] [-report-dir DIR] [-timeout 20m] [-make]\n       ensemble explore -merge 'DIR/explore.json ...' -report-dir DIR"
+const Synopsis = "ensemble explore -focus REGEXP [-suite DIR] [-modes a,b|all] [-budget 40|20m] [-batch 10] [-lag 15s] [-until REGEXP]... [-points 'POINT ...'] [-shard i/n] [-from DIR] [-repeat N] [-j 1] [-report-dir DIR] [-timeout 20m] [-make]\n       ensemble explore -merge 'DIR/explore.json ...' -report-dir DIR"
 
 // About is what the command does, in one line (ensemble -h lists it).
 const About = "perturb the focused specs one point at a time and compare with their unperturbed runs"
@@ -123,7 +129,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.budget, "budget", "40", "how many enumerated points run: a number, or a duration such as 20m")
 	fs.IntVar(&c.batch, "batch", defaultBatch, "runs of points of one spec in one test process, one after another (1: a process each)")
 	fs.DurationVar(&c.lag, "lag", defaultLag, "how long the lagged stale points hold their object from the writer's manager (0: none)")
-	fs.StringVar(&c.until, "until", "", "stop taking points once one fails with a failure or first difference this regexp matches (. for any failure; the points under way finish): how many points it took to find it")
+	fs.Var(&c.until, "until", "stop taking points once a point fails with a failure or first difference this `regexp` matches (. for any failure; the points under way finish), and say which point it was, how many points it took and when; given more than once, once each regexp has matched a failing point")
 	fs.StringVar(&c.shard, "shard", "", "run the i-th of n parts of the points, as i/n (a matrix job each; -merge joins them)")
 	fs.StringVar(&c.from, "from", "", "take the unperturbed runs (baseline-1, baseline-2) of this earlier run's -report-dir instead of running them, so shards enumerate the same points (-budget 0 makes one)")
 	fs.StringVar(&c.merge, "merge", "", "join these shards' explore.json files (separated by spaces) into one table and explore.json under -report-dir, running nothing")
@@ -180,8 +186,8 @@ type plan struct {
 	lag time.Duration
 	// shard, of, are -shard's i and n (1 and 1 without it).
 	shard, of int
-	// until is -until, compiled (nil: never stop early).
-	until *regexp.Regexp
+	// until are -until's regexps, compiled, in the order given (none: never stop early).
+	until []*regexp.Regexp
 	// points are -points' (nil: enumerate).
 	points []perturb.Point
 }
@@ -220,10 +226,12 @@ func check(c config) (plan, error) {
 	if c.timeout <= 0 {
 		return p, fmt.Errorf("-timeout (make's SUITE_TIMEOUT) is %s: pass each run's limit, such as 20m", c.timeout)
 	}
-	if c.until != "" {
-		if p.until, err = regexp.Compile(c.until); err != nil {
-			return p, fmt.Errorf("-until (make's UNTIL) %q is not a regexp: %w", c.until, err)
+	for _, u := range c.until {
+		re, err := regexp.Compile(u)
+		if err != nil {
+			return p, fmt.Errorf("-until (make's UNTIL) %q is not a regexp: %w", u, err)
 		}
+		p.until = append(p.until, re)
 	}
 	if p.shard, p.of, err = parseShard(c.shard); err != nil {
 		return p, err
@@ -233,6 +241,48 @@ func check(c config) (plan, error) {
 	}
 	p.lag = c.lag
 	return p, nil
+}
+
+// untilFlags is -until's value: every regexp given, in order (the flag may be given more than once).
+type untilFlags []string
+
+// String joins the regexps with spaces, for the flag package.
+func (u *untilFlags) String() string { return strings.Join(*u, " ") }
+
+// Set adds one more regexp; check compiles them.
+func (u *untilFlags) Set(s string) error {
+	*u = append(*u, s)
+	return nil
+}
+
+// Found is what one -until regexp came to: the first row, in the rows' order, whose point failed with a
+// failure or first difference it matches (see matches).
+type Found struct {
+	Until string
+	// Point is that row's point, "" when no failing row matched; Tried is its place among the rows, from 1
+	// (how many points it took to find it); Elapsed is the wall time from the command's start to its
+	// verdict, compile and unperturbed runs included.
+	Point   string   `json:",omitempty"`
+	Tried   int      `json:",omitempty"`
+	Elapsed Duration `json:",omitempty"`
+}
+
+// matches says row failed with a failure or first difference re matches.
+func matches(re *regexp.Regexp, row Row) bool {
+	return row.Verdict == Fail && re.MatchString(row.Failure+"\n"+row.Difference)
+}
+
+// found is what each of until came to over rows (in their order).
+func found(until []*regexp.Regexp, rows []Row) []Found {
+	var out []Found
+	for _, re := range until {
+		f := Found{Until: re.String()}
+		if i := slices.IndexFunc(rows, func(r Row) bool { return matches(re, r) }); i >= 0 {
+			f.Point, f.Tried, f.Elapsed = rows[i].Point, i+1, rows[i].Elapsed
+		}
+		out = append(out, f)
+	}
+	return out
 }
 
 // Exploration is the result, as explore.json holds it.
@@ -247,6 +297,8 @@ type Exploration struct {
 	// Baselines are the two unperturbed runs' record directories.
 	Baselines []string
 	Rows      []Row
+	// Until is what each -until regexp came to, in the order given (none without -until).
+	Until []Found `json:",omitempty"`
 	// Wall is the whole command's wall time.
 	Wall Duration
 }
@@ -294,11 +346,12 @@ func run(ctx context.Context, c config, out io.Writer) (Exploration, error) {
 			fmt.Fprintf(out, "shard %s runs %s of them\n", x.Shard, textout.Count(len(todo), "point", "points"))
 		}
 	}
-	took, pointsStart, err := runPoints(ctx, c, r, p, &x, todo, smp, desc, out)
+	took, pointsStart, err := runPoints(ctx, c, r, p, &x, todo, smp, desc, start, out)
 	if err != nil {
 		return x, err
 	}
 	x.Ran = len(x.Rows)
+	x.Until = found(p.until, x.Rows)
 	x.Wall = Duration(time.Since(start))
 	if ctx.Err() != nil {
 		fmt.Fprintf(out, "interrupted: the points that were running have verdict error\n")
@@ -490,6 +543,14 @@ func report(out io.Writer, x Exploration, took []time.Duration, pointsWall time.
 		verdicts[Pass], verdicts[Fail], verdicts[NotReached], verdicts[Error])
 	fmt.Fprintf(out, "wall time per run: %s; the points in all %s; the whole command %s\n", spread(took),
 		pointsWall.Round(time.Second), time.Duration(x.Wall).Round(time.Second))
+	for _, f := range x.Until {
+		if f.Point == "" {
+			fmt.Fprintf(out, "-until %q: no point failed as it says\n", f.Until)
+		} else {
+			fmt.Fprintf(out, "-until %q: found at point %d, %s, %s after the command began\n", f.Until, f.Tried, f.Point,
+				time.Duration(f.Elapsed).Round(time.Second))
+		}
+	}
 	if repeat > 1 {
 		var differ []string
 		for _, r := range x.Rows {

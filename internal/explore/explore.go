@@ -811,6 +811,8 @@ type Row struct {
 	// Took is each run's wall time; Dir is the directory of the point's runs.
 	Took []Duration
 	Dir  string
+	// Elapsed is the wall time from the command's start (its shard's, after -merge) to the point's verdict.
+	Elapsed Duration
 	// Command reruns exactly this point.
 	Command string
 }

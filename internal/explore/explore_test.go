@@ -462,6 +462,7 @@ func TestCheckRefusesBadInput(t *testing.T) {
 		{"a negative budget", func(c *config) { c.budget = "-1" }, `-budget (make's BUDGET) "-1" is neither`},
 		{"a negative time budget", func(c *config) { c.budget = "-5m" }, `-budget (make's BUDGET) "-5m" is neither`},
 		{"a negative timeout", func(c *config) { c.timeout = -time.Minute }, "-timeout (make's SUITE_TIMEOUT) is -1m0s"},
+		{"an -until that is no regexp", func(c *config) { c.until = untilFlags{"ok", "a("} }, `-until (make's UNTIL) "a(" is not a regexp`},
 	} {
 		c := ok
 		tc.edit(&c)

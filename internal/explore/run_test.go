@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -54,12 +55,14 @@ for ((k = 1; k <= n; k++)); do
     "") kind=base ;;
     restart@*) kind=unfired ;;
     conflict@op/ctl:Kind/a#2) kind=fail ;;
+    # FAKE_FAIL2 makes a second point fail, otherwise.
+    conflict@kubelet:Pod/p#1) kind=pass; [[ -z "${FAKE_FAIL2:-}" ]] || kind=fail2 ;;
     *) kind=pass ;;
   esac
   sed "s/\"namespace\":\"ns-1\"/\"namespace\":\"ns-1\",\"run\":$k/" "$FAKE/record-$kind.json" >"$ENSEMBLE_EXPLORE/case-$k.json"
-  if [[ $kind == fail ]]; then
+  if [[ $kind == fail* ]]; then
     touch "$ENSEMBLE_ARTIFACTS/pool-scales-ns-1/timeline.html"
-    sed "s/\"NumAttempts\":1/\"NumAttempts\":$k/; s/\"MaxMustPassRepeatedly\":1/\"MaxMustPassRepeatedly\":$n/" "$FAKE/report-fail.json" >"$report"
+    sed "s/\"NumAttempts\":1/\"NumAttempts\":$k/; s/\"MaxMustPassRepeatedly\":1/\"MaxMustPassRepeatedly\":$n/" "$FAKE/report-$kind.json" >"$report"
     exit 1
   fi
 done
@@ -102,12 +105,17 @@ func fake(t *testing.T) (dir, bin string) {
 	failed := pass
 	failed.Failed, failed.Failures = true, []string{"oracle differential: the end state differs from the unperturbed run's in 1 fields:"}
 	writeJSON(t, filepath.Join(dir, "record-fail.json"), failed)
+	failed.Failures = []string{"invariant \"one pod\" violated: 2 pods at once"}
+	writeJSON(t, filepath.Join(dir, "record-fail2.json"), failed)
 	it := types.SpecReport{LeafNodeType: types.NodeTypeIt, ContainerHierarchyTexts: []string{"pool"}, LeafNodeText: `"scales" (2 -> 3)`, State: types.SpecStatePassed,
 		NumAttempts: 1, MaxMustPassRepeatedly: 1}
 	writeJSON(t, filepath.Join(dir, "report-pass.json"), []types.Report{{SuiteDescription: "fake suite", SpecReports: []types.SpecReport{it}}})
 	bad := it
 	bad.State, bad.Failure.Message = types.SpecStateFailed, "oracle differential: the end state differs from the unperturbed run's in 1 fields:\n  Kind/a status.phase: Ready -> Pending"
 	writeJSON(t, filepath.Join(dir, "report-fail.json"), []types.Report{{SuiteDescription: "fake suite", SpecReports: []types.SpecReport{bad}}})
+	bad2 := bad
+	bad2.Failure.Message = "invariant \"one pod\" violated: 2 pods at once"
+	writeJSON(t, filepath.Join(dir, "report-fail2.json"), []types.Report{{SuiteDescription: "fake suite", SpecReports: []types.SpecReport{bad2}}})
 	bad.Failure.Message = "Expected Ready\nmore"
 	writeJSON(t, filepath.Join(dir, "broken.json"), []types.Report{{SuiteDescription: "fake suite", SpecReports: []types.SpecReport{bad}}})
 	setup := types.SpecReport{LeafNodeType: types.NodeTypeBeforeSuite, State: types.SpecStateFailed,
@@ -223,17 +231,17 @@ func TestRunWithAFakeSuite(t *testing.T) {
 	// -until stops after the first point that fails as it says: the budget of 6 would run a sixth. A failure
 	// it does not match does not stop it.
 	out.Reset()
-	c.points, c.budget, c.jobs, c.until, c.reportDir = "", "6", 1, "Ready -> Pending", filepath.Join(dir, "out-until")
+	c.points, c.budget, c.jobs, c.until, c.reportDir = "", "6", 1, untilFlags{"Ready -> Pending"}, filepath.Join(dir, "out-until")
 	x, err = run(context.Background(), c, &out)
 	if err != nil || len(x.Rows) != 5 || x.Rows[4].Verdict != Fail {
 		t.Errorf("-until: %v, %d rows, want 5 ending in the failing one\n%s", err, len(x.Rows), out.String())
 	}
 	out.Reset()
-	c.until, c.reportDir = "another failure", filepath.Join(dir, "out-until-other")
+	c.until, c.reportDir = untilFlags{"another failure"}, filepath.Join(dir, "out-until-other")
 	if x, err = run(context.Background(), c, &out); err != nil || len(x.Rows) != 6 {
 		t.Errorf("-until another failure: %v, %d rows, want the budget's 6\n%s", err, len(x.Rows), out.String())
 	}
-	c.jobs, c.until = 2, ""
+	c.jobs, c.until = 2, nil
 
 	// A time budget runs points until it is spent: here the first one only.
 	out.Reset()
@@ -247,6 +255,68 @@ func TestRunWithAFakeSuite(t *testing.T) {
 	c.budget, c.reportDir = "0", filepath.Join(dir, "out4")
 	if x, err = run(context.Background(), c, &out); err != nil || len(x.Rows) != 0 || x.Existed != 6 {
 		t.Errorf("a budget of 0: %v, %d rows of %d points, want none of 6\n%s", err, len(x.Rows), x.Existed, out.String())
+	}
+}
+
+// -until given more than once stops taking points once every regexp has matched a failing point, and says
+// for each the first point it matched, how many points it took and when.
+func TestUntilStopsOnceEveryRegexpMatched(t *testing.T) {
+	dir, bin := fake(t)
+	t.Setenv("FAKE_FAIL2", "1")
+	// The budget of 6 would run a sixth point; the fourth fails with "2 pods at once", the fifth with
+	// "Ready -> Pending".
+	c := config{suite: dir, bin: bin, focus: "scales", modes: "conflict,restart", budget: "6", repeat: 1, jobs: 1, batch: defaultBatch, timeout: time.Minute}
+	explore := func(name string, until ...string) (Exploration, string) {
+		t.Helper()
+		var out bytes.Buffer
+		var args []string
+		for _, u := range until {
+			args = append(args, "-until", u)
+		}
+		// The flag as the command line gives it: repeated.
+		fs := flag.NewFlagSet("explore", flag.ContinueOnError)
+		c.until = nil
+		fs.Var(&c.until, "until", "")
+		if err := fs.Parse(args); err != nil {
+			t.Fatal(err)
+		}
+		c.reportDir = filepath.Join(dir, name)
+		x, err := run(context.Background(), c, &out)
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", name, err, out.String())
+		}
+		return x, out.String()
+	}
+	x, out := explore("both", "2 pods at once", "Ready -> Pending")
+	if len(x.Rows) != 5 || x.Rows[3].Verdict != Fail || x.Rows[4].Verdict != Fail {
+		t.Errorf("two -until: %d rows, want 5, the last two failing\n%s", len(x.Rows), out)
+	}
+	if len(x.Until) != 2 || x.Until[0].Point != "conflict@kubelet:Pod/p#1" || x.Until[0].Tried != 4 ||
+		x.Until[1].Point != "conflict@op/ctl:Kind/a#2" || x.Until[1].Tried != 5 ||
+		x.Until[0].Elapsed <= 0 || x.Until[1].Elapsed < x.Until[0].Elapsed || x.Until[1].Elapsed != x.Rows[4].Elapsed {
+		t.Errorf("two -until: Until = %+v", x.Until)
+	}
+	for _, s := range []string{`-until "2 pods at once": found at point 4, conflict@kubelet:Pod/p#1, `, `-until "Ready -> Pending": found at point 5, conflict@op/ctl:Kind/a#2, `} {
+		if !strings.Contains(out, s) {
+			t.Errorf("the output lacks %q:\n%s", s, out)
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "both", "explore.json"))
+	var back struct{ Until []Found }
+	if err == nil {
+		err = json.Unmarshal(b, &back)
+	}
+	if err != nil || len(back.Until) != 2 || back.Until[1].Tried != 5 {
+		t.Errorf("explore.json's Until: %v, %+v", err, back.Until)
+	}
+	// One of them stops at its point; one that never matches runs the whole budget, and says so.
+	if x, out = explore("one", "2 pods at once"); len(x.Rows) != 4 {
+		t.Errorf("-until of the fourth point's failure: %d rows, want 4\n%s", len(x.Rows), out)
+	}
+	x, out = explore("never", "2 pods at once", "no such failure")
+	if len(x.Rows) != 6 || len(x.Until) != 2 || x.Until[1].Point != "" || x.Until[1].Tried != 0 ||
+		!strings.Contains(out, `-until "no such failure": no point failed as it says`) {
+		t.Errorf("-until that never matches: %d rows, Until %+v, want the budget's 6\n%s", len(x.Rows), x.Until, out)
 	}
 }
 

@@ -156,3 +156,112 @@ func TestLineWith(t *testing.T) {
 		t.Errorf("lineWith without the text = %q, want the first line", got)
 	}
 }
+
+// fakeEnsemble plays bin/ensemble's explore: it appends its arguments to $FAKE/calls and writes explore.json.
+// A sweep (no -points) has four rows, the second failing with "MachineSets at once", the third otherwise,
+// the fourth with "Node: 3 objects named anew", each row's verdict 10 s after the previous one, and says
+// what each -until came to as explore does; -points passes each point given.
+const fakeEnsemble = `#!/usr/bin/env bash
+set -eu
+echo "$*" >>"$FAKE/calls"
+dir= points= until=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    -report-dir) dir="$2"; shift ;;
+    -points) points="$2"; shift ;;
+    -until) until+=("$2"); shift ;;
+  esac
+  shift
+done
+mkdir -p "$dir"
+if [[ -n "$points" ]]; then
+  rows=
+  for p in $points; do rows="$rows${rows:+,}{\"Point\":\"$p\",\"Verdict\":\"pass\"}"; done
+  echo "{\"Rows\":[$rows]}" >"$dir/explore.json"
+  exit 0
+fi
+points=(stale@op/a#1 stale@op/b#1 stale@op/c#1 stale@op/d#1)
+verdicts=(pass fail fail fail)
+failures=("" "invariant: 2 MachineSets at once" "oracle convergence: still busy" "oracle differential: Node: 3 objects named anew")
+found=
+for u in "${until[@]}"; do
+  f="{}"
+  for i in 0 1 2 3; do
+    if [[ ${verdicts[i]} == fail && ${failures[i]} =~ $u ]]; then
+      f="{\"Point\":\"${points[i]}\",\"Tried\":$((i + 1)),\"Elapsed\":\"$((10 * (i + 1)))s\"}"
+      break
+    fi
+  done
+  found="$found${found:+,}$f"
+done
+rows=
+for i in 0 1 2 3; do
+  rows="$rows${rows:+,}{\"Point\":\"${points[i]}\",\"Verdict\":\"${verdicts[i]}\",\"Failure\":\"${failures[i]}\"}"
+done
+echo "{\"Rows\":[$rows],\"Until\":[$found]}" >"$dir/explore.json"
+`
+
+// Entries with the same example, buggy version, spec and explore options share one sweep, stopped by an
+// -until each; each row reports its own point, points tried and time to find, and the points that found
+// them run together at the fixed version.
+func TestEntriesThatShareASweepRunItOnce(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("FAKE", dir)
+	example(t, dir, "op", "v1.0.0")
+	bin := filepath.Join(dir, "ensemble")
+	if err := os.WriteFile(bin, []byte(fakeEnsemble), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	entry := func(bug, budget, expect string) string {
+		return "- bug: " + bug + "\n  links: [https://example.com/op/issues/1]\n  summary: a duplicate\n  example: op\n  buggy: v1.0.0\n  fixed: v1.1.0\n" +
+			"  spec: op a thing scales\n  explore: {modes: stale, budget: \"" + budget + "\"}\n  expect: \"" + expect + "\"\n  foundBy: a stale point\n"
+	}
+	catalog := entry("op#1", "80", "MachineSets at once") + entry("op#2", "40", "MachineSets at once") + entry("op#3", "80", "Node: 3 objects|never")
+	path := filepath.Join(dir, "bugs.yaml")
+	if err := os.WriteFile(path, []byte(catalog), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := config{catalog: path, examples: dir, explore: bin, timeout: time.Minute, jobs: 1, report: filepath.Join(dir, "runs")}
+	var out bytes.Buffer
+	res, err := run(context.Background(), c, &out)
+	if err != nil {
+		t.Fatalf("run: %v\n%s", err, out.String())
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "calls"))
+	var sweeps, fixed []string
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if strings.Contains(l, "-points") {
+			fixed = append(fixed, l)
+		} else {
+			sweeps = append(sweeps, l)
+		}
+	}
+	// op#1 and op#3 share a sweep (op#2's budget differs): two sweeps, the first with both -until.
+	if len(sweeps) != 2 || !strings.Contains(sweeps[0], "-until MachineSets at once -until Node: 3 objects|never") || strings.Count(sweeps[1], "-until") != 1 {
+		t.Errorf("sweeps at v1.0.0:\n%s\nwant 2, the first with op#1's and op#3's -until", strings.Join(sweeps, "\n"))
+	}
+	if len(fixed) != 2 || !strings.Contains(fixed[0], "-points stale@op/b#1 stale@op/d#1") {
+		t.Errorf("runs at v1.1.0:\n%s\nwant 2, the first with op#1's and op#3's points", strings.Join(fixed, "\n"))
+	}
+	if len(res.Rows) != 3 || len(res.Wrong) != 0 {
+		t.Fatalf("rows %+v, wrong %v", res.Rows, res.Wrong)
+	}
+	for i, want := range []struct {
+		bug, point string
+		tried      int
+		took       time.Duration
+	}{{"op#1", "stale@op/b#1", 2, 20 * time.Second}, {"op#2", "stale@op/b#1", 2, 20 * time.Second}, {"op#3", "stale@op/d#1", 4, 40 * time.Second}} {
+		r := res.Rows[i]
+		if r.Bug != want.bug || !r.Found || r.Point != want.point || r.Tried != want.tried || time.Duration(r.TimeToFind) != want.took || r.AtFixed != "pass" {
+			t.Errorf("row %d: %+v, want %s found by %s at point %d in %s, passing at v1.1.0", i, r, want.bug, want.point, want.tried, want.took)
+		}
+	}
+	// The third point failed as no entry of the sweep expects: another finding. The fourth is op#3's, not
+	// another finding of op#1.
+	if o := res.Rows[0].Others; len(o) != 1 || o[0] != "stale@op/c#1: oracle convergence: still busy" {
+		t.Errorf("op#1's other findings: %q, want the third point's only", o)
+	}
+	if !strings.Contains(out.String(), "op#1, op#3: op at v1.0.0") {
+		t.Errorf("the output does not name the sweep's entries:\n%s", out.String())
+	}
+}

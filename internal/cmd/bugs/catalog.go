@@ -41,8 +41,9 @@ type Entry struct {
 }
 
 // Exploration is an entry's explore run: its modes (make explore's MODES) and budget (BUDGET, points or
-// a duration); it stops at the first failing point. Batch is explore's -batch, the runs of points one test
-// process makes (0: explore's default).
+// a duration). Entries with the same example, buggy version, spec and Exploration share one sweep, which
+// stops once each entry's Expect has matched a failing point (explore's -until, once per entry), or at its
+// budget. Batch is explore's -batch, the runs of points one test process makes (0: explore's default).
 type Exploration struct {
 	Modes  string `json:"modes"`
 	Budget string `json:"budget"`
@@ -139,13 +140,15 @@ type Row struct {
 	Found   bool
 	Failure string
 	// Point is the explore point that found it (empty for a spec that finds it unperturbed); Tried is how
-	// many points explore ran to find it (0 without explore), and TimeToFind the wall time from the start of
-	// the buggy run to the finding, compile and unperturbed runs included.
+	// many points explore ran to find it, the point's place in the sweep from 1 (all the sweep's points when
+	// not found; 0 without explore), and TimeToFind the wall time from the start of the buggy run to the
+	// finding (with explore, to that point's verdict), compile and unperturbed runs included: a row that
+	// shares its run with others (see Exploration) has its own.
 	Point      string `json:",omitempty"`
 	Tried      int
 	TimeToFind Duration
-	// Others are the points that failed otherwise before the finding (or in the whole budget, when it was
-	// not found), as "point: failure": findings of their own.
+	// Others are the points of the sweep that failed as no entry sharing it expects, as "point: failure":
+	// findings of their own.
 	Others []string `json:",omitempty"`
 	// AtFixed is the verdict of the same check at the fixed version: pass, fail (a false positive, or a
 	// fix that does not hold), or not run (nothing was found).
@@ -161,4 +164,11 @@ type Duration time.Duration
 // MarshalText writes the duration rounded to a second.
 func (d Duration) MarshalText() ([]byte, error) {
 	return []byte(time.Duration(d).Round(time.Second).String()), nil
+}
+
+// UnmarshalText reads a duration as explore.json writes one ("1m2.3s"). Errors: time.ParseDuration's.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	*d = Duration(v)
+	return err
 }

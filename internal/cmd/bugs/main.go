@@ -6,14 +6,17 @@
 //
 //	go run ./internal/cmd/bugs [-bugs ID,ID] [-catalog examples/bugs.yaml] [-ensemble bin/ensemble] [-j 1] [-report-dir DIR] [-timeout 20m]
 //
-// Per entry:
+// Entries that share example, buggy version, spec and explore options share their runs (one sweep
+// instead of one per entry). Per such group:
 //
-//  1. At the buggy version: with explore, bin/ensemble explore over the spec with the entry's modes and budget,
-//     stopping at the first point whose failure matches the entry's Expect (-until); without, the
-//     example's spec alone (go test), whose failure must match it. Points that failed otherwise on the way are
-//     findings of their own: the row names them (Others), and they do not count as finding the bug.
-//  2. At the fixed version, when it was found: the same failing point alone (-points), or the same spec.
-//     It must pass.
+//  1. At the buggy version: with explore, bin/ensemble explore over the spec with the entries' modes and
+//     budget, with an -until per entry (its Expect), so the sweep stops once every entry's Expect has matched
+//     a failing point's failure or first difference, or at its budget; each entry's row takes from
+//     explore.json its own point, points tried and time to find. Without explore, the example's spec alone
+//     (go test), whose failure must match an entry's Expect to find it. Points that failed as no entry of the
+//     group expects are findings of their own: the rows name them (Others), and they count as finding no bug.
+//  2. At each fixed version of an entry found: the points that found its entries, in one explore -points
+//     run, or the same spec. Each must pass.
 //
 // It prints the table bug | operator | buggy | fixed | found by | points tried | time to find | verdict at
 // fixed, and for each row the command that reruns it (make bugs BUGS=ID) and where its runs are. Every run
@@ -158,11 +161,22 @@ func run(ctx context.Context, c config, out io.Writer) (Result, error) {
 		}()
 	}
 	fmt.Fprintf(out, "runs under %s\n", dir)
-	for _, e := range entries {
-		row, err := runEntry(ctx, c, e, filepath.Join(dir, safe(e.Bug)), out)
-		if err != nil {
-			return res, fmt.Errorf("%s: %w", e.Bug, err)
+	byBug := map[string]Row{}
+	for _, g := range groups(entries) {
+		var names []string
+		for _, e := range g {
+			names = append(names, safe(e.Bug))
 		}
+		rows, err := runGroup(ctx, c, g, filepath.Join(dir, strings.Join(names, "+")), out)
+		if err != nil {
+			return res, fmt.Errorf("%s: %w", bugsOf(g), err)
+		}
+		for _, r := range rows {
+			byBug[r.Bug] = r
+		}
+	}
+	for _, e := range entries {
+		row := byBug[e.Bug]
 		res.Rows = append(res.Rows, row)
 		switch {
 		case !row.Found:
@@ -193,77 +207,172 @@ func run(ctx context.Context, c config, out io.Writer) (Result, error) {
 // safe makes a bug's name a directory name.
 func safe(bug string) string { return strings.NewReplacer("#", "-", "/", "-").Replace(bug) }
 
-// runEntry runs one entry at its buggy version and, when found, at its fixed one, under dir.
-func runEntry(ctx context.Context, c config, e Entry, dir string, out io.Writer) (Row, error) {
-	row := Row{Bug: e.Bug, Operator: e.Example, Buggy: e.Buggy, Fixed: e.Fixed, FoundBy: e.FoundBy, AtFixed: "not run",
-		Command: "make bugs BUGS='" + e.Bug + "'"}
-	example := filepath.Join(c.examples, e.Example)
-	focus := regexp.QuoteMeta(e.Spec) + "$"
-	fmt.Fprintf(out, "%s: %s at %s\n", e.Bug, e.Example, e.Buggy)
-	if e.Explore != nil {
-		args := []string{"-focus", focus, "-modes", e.Explore.Modes, "-budget", e.Explore.Budget, "-until", e.Expect}
-		if e.Explore.Batch > 0 {
-			args = append(args, "-batch", strconv.Itoa(e.Explore.Batch))
+// groups splits entries into the groups that share one run at the buggy version: the same example, buggy
+// version, spec and explore options (an explore sweep, or the spec alone). Groups and their entries are in
+// the order of their first entry.
+func groups(entries []Entry) [][]Entry {
+	type key struct {
+		example, buggy, spec string
+		explore              Exploration
+		explored             bool
+	}
+	var keys []key
+	byKey := map[key][]Entry{}
+	for _, e := range entries {
+		k := key{example: e.Example, buggy: e.Buggy, spec: e.Spec, explored: e.Explore != nil}
+		if e.Explore != nil {
+			k.explore = *e.Explore
 		}
-		x, took, err := explore(ctx, c, example, e.Buggy, filepath.Join(dir, "buggy"), args...)
+		if _, ok := byKey[k]; !ok {
+			keys = append(keys, k)
+		}
+		byKey[k] = append(byKey[k], e)
+	}
+	var out [][]Entry
+	for _, k := range keys {
+		out = append(out, byKey[k])
+	}
+	return out
+}
+
+// bugsOf names a group's entries, for a progress line or an error.
+func bugsOf(g []Entry) string {
+	var ids []string
+	for _, e := range g {
+		ids = append(ids, e.Bug)
+	}
+	return strings.Join(ids, ", ")
+}
+
+// runGroup runs a group of entries (see groups) under dir: one run at their buggy version, which finds each
+// entry whose Expect its failure matches, then at each fixed version one run of the checks that found that
+// version's entries, and returns a row per entry, in g's order.
+//
+// With explore, the run at the buggy version is one sweep with an -until per entry: it stops taking points
+// once every entry's Expect has matched a failing point, or at its budget. Each row has its own finding
+// (explore.json's Until): the point, how many points it took and the wall time to its verdict. At a fixed
+// version, one explore -points runs the points that found its entries. Without explore, the spec runs alone at
+// the buggy version, and at each fixed version when it found an entry of it.
+func runGroup(ctx context.Context, c config, g []Entry, dir string, out io.Writer) ([]Row, error) {
+	rows := make([]Row, len(g))
+	for i, e := range g {
+		rows[i] = Row{Bug: e.Bug, Operator: e.Example, Buggy: e.Buggy, Fixed: e.Fixed, FoundBy: e.FoundBy, AtFixed: "not run",
+			Command: "make bugs BUGS='" + e.Bug + "'"}
+	}
+	first := g[0]
+	example := filepath.Join(c.examples, first.Example)
+	focus := regexp.QuoteMeta(first.Spec) + "$"
+	expects := make([]*regexp.Regexp, len(g))
+	for i, e := range g {
+		expects[i] = regexp.MustCompile(e.Expect) // checked by readCatalog
+	}
+	fmt.Fprintf(out, "%s: %s at %s\n", bugsOf(g), first.Example, first.Buggy)
+	if first.Explore != nil {
+		args := []string{"-focus", focus, "-modes", first.Explore.Modes, "-budget", first.Explore.Budget}
+		for _, e := range g {
+			args = append(args, "-until", e.Expect)
+		}
+		if first.Explore.Batch > 0 {
+			args = append(args, "-batch", strconv.Itoa(first.Explore.Batch))
+		}
+		x, took, err := explore(ctx, c, example, first.Buggy, filepath.Join(dir, first.Buggy), args...)
 		if err != nil {
-			return row, err
+			return rows, err
 		}
-		row.TimeToFind = Duration(took)
-		row.Tried = len(x.Rows)
-		expect := regexp.MustCompile(e.Expect) // checked by readCatalog
-		for i, r := range x.Rows {
-			if r.Verdict != "fail" {
-				continue
-			}
-			failure := firstNonEmpty(r.Difference, r.Failure)
-			if !row.Found && expect.MatchString(r.Difference+"\n"+r.Failure) {
+		if len(x.Until) != len(g) {
+			return rows, fmt.Errorf("explore at %s wrote %d -until findings for %d entries: rebuild %s from this tree (make bugs does)", first.Buggy, len(x.Until), len(g), c.explore)
+		}
+		for i, e := range g {
+			row, f := &rows[i], x.Until[i]
+			row.TimeToFind, row.Tried = Duration(took), len(x.Rows)
+			if f.Point == "" {
+				row.Failure = fmt.Sprintf("no point of %s failed with %q", textout.Count(len(x.Rows), "point", "points"), e.Expect)
+			} else {
+				r := x.Rows[f.Tried-1]
 				// The row shows the line that matches the entry's expect, not the first difference beside it.
-				row.Found, row.Tried, row.Point, row.Failure = true, i+1, r.Point, lineWith(r.Failure+"\n"+r.Difference, expect)
-				continue
+				row.Found, row.Tried, row.Point, row.TimeToFind = true, f.Tried, f.Point, f.Elapsed
+				row.Failure = lineWith(r.Failure+"\n"+r.Difference, expects[i])
 			}
-			row.Others = append(row.Others, r.Point+": "+failure)
+			// A failing point that no entry of the group expects is a finding of its own.
+			for _, r := range x.Rows {
+				if r.Verdict == "fail" && !slices.ContainsFunc(expects, func(re *regexp.Regexp) bool { return re.MatchString(r.Failure + "\n" + r.Difference) }) {
+					row.Others = append(row.Others, r.Point+": "+firstNonEmpty(r.Difference, r.Failure))
+				}
+			}
 		}
-		if !row.Found {
-			row.Failure = fmt.Sprintf("no point of %s failed with %q", textout.Count(len(x.Rows), "point", "points"), e.Expect)
-			return row, nil
+		for _, fixed := range fixedVersions(g, rows) {
+			var points []string
+			for i, e := range g {
+				if e.Fixed == fixed && rows[i].Found && !slices.Contains(points, rows[i].Point) {
+					points = append(points, rows[i].Point)
+				}
+			}
+			fmt.Fprintf(out, "%s: %s at %s, %s %s\n", bugsOf(g), first.Example, fixed, textout.Count(len(points), "point", "points"), strings.Join(points, " "))
+			fx, _, err := explore(ctx, c, example, fixed, filepath.Join(dir, fixed), "-focus", focus, "-points", strings.Join(points, " "))
+			if err != nil {
+				return rows, err
+			}
+			if len(fx.Rows) != len(points) {
+				return rows, fmt.Errorf("explore at %s ran %d points, want the %d it was given", fixed, len(fx.Rows), len(points))
+			}
+			for i, e := range g {
+				if e.Fixed != fixed || !rows[i].Found {
+					continue
+				}
+				j := slices.IndexFunc(fx.Rows, func(r exploreRow) bool { return r.Point == rows[i].Point })
+				if j < 0 {
+					return rows, fmt.Errorf("explore at %s ran no point %s", fixed, rows[i].Point)
+				}
+				rows[i].AtFixed, rows[i].AtFixedFailure = fx.Rows[j].Verdict, firstNonEmpty(fx.Rows[j].Difference, fx.Rows[j].Failure)
+			}
 		}
-		fmt.Fprintf(out, "%s: %s at %s, point %s\n", e.Bug, e.Example, e.Fixed, row.Point)
-		fx, _, err := explore(ctx, c, example, e.Fixed, filepath.Join(dir, "fixed"), "-focus", focus, "-points", row.Point)
-		if err != nil {
-			return row, err
-		}
-		if len(fx.Rows) != 1 {
-			return row, fmt.Errorf("explore at %s ran %d points, want the one it was given", e.Fixed, len(fx.Rows))
-		}
-		row.AtFixed, row.AtFixedFailure = fx.Rows[0].Verdict, firstNonEmpty(fx.Rows[0].Difference, fx.Rows[0].Failure)
-		return row, nil
+		return rows, nil
 	}
-	sr, took, err := spec(ctx, c, example, e.Buggy, focus, filepath.Join(dir, "buggy"))
+	sr, took, err := spec(ctx, c, example, first.Buggy, focus, filepath.Join(dir, first.Buggy))
 	if err != nil {
-		return row, err
+		return rows, err
 	}
-	row.TimeToFind = Duration(took)
-	row.Failure = firstLine(sr.Failure.Message)
-	row.Found = sr.State.Is(types.SpecStateFailureStates) && regexp.MustCompile(e.Expect).MatchString(sr.Failure.Message)
-	if !row.Found {
-		if !sr.State.Is(types.SpecStateFailureStates) {
+	failed := sr.State.Is(types.SpecStateFailureStates)
+	for i, e := range g {
+		row := &rows[i]
+		row.TimeToFind = Duration(took)
+		row.Failure = firstLine(sr.Failure.Message)
+		row.Found = failed && expects[i].MatchString(sr.Failure.Message)
+		switch {
+		case !failed:
 			row.Failure = "the spec " + sr.State.String()
-		} else {
+		case !row.Found:
 			row.Failure = fmt.Sprintf("the spec failed otherwise than %q: %s", e.Expect, row.Failure)
 		}
-		return row, nil
 	}
-	fmt.Fprintf(out, "%s: %s at %s\n", e.Bug, e.Example, e.Fixed)
-	fr, _, err := spec(ctx, c, example, e.Fixed, focus, filepath.Join(dir, "fixed"))
-	if err != nil {
-		return row, err
+	for _, fixed := range fixedVersions(g, rows) {
+		fmt.Fprintf(out, "%s: %s at %s\n", bugsOf(g), first.Example, fixed)
+		fr, _, err := spec(ctx, c, example, fixed, focus, filepath.Join(dir, fixed))
+		if err != nil {
+			return rows, err
+		}
+		for i, e := range g {
+			if e.Fixed != fixed || !rows[i].Found {
+				continue
+			}
+			rows[i].AtFixed = "pass"
+			if fr.State.Is(types.SpecStateFailureStates) {
+				rows[i].AtFixed, rows[i].AtFixedFailure = "fail", firstLine(fr.Failure.Message)
+			}
+		}
 	}
-	row.AtFixed = "pass"
-	if fr.State.Is(types.SpecStateFailureStates) {
-		row.AtFixed, row.AtFixedFailure = "fail", firstLine(fr.Failure.Message)
+	return rows, nil
+}
+
+// fixedVersions are the fixed versions of g's entries that were found (rows, g's), in g's order, each once.
+func fixedVersions(g []Entry, rows []Row) []string {
+	var out []string
+	for i, e := range g {
+		if rows[i].Found && !slices.Contains(out, e.Fixed) {
+			out = append(out, e.Fixed)
+		}
 	}
-	return row, nil
+	return out
 }
 
 // exploreRow is what bugs reads of a row of explore.json.
@@ -271,11 +380,25 @@ type exploreRow struct {
 	Point, Verdict, Failure, Difference string
 }
 
+// exploreFound is what bugs reads of one -until's finding in explore.json: the point ("" when none
+// matched), its place among the rows from 1, and the wall time from explore's start to its verdict.
+type exploreFound struct {
+	Point   string
+	Tried   int
+	Elapsed Duration
+}
+
+// exploration is what bugs reads of explore.json.
+type exploration struct {
+	Rows  []exploreRow
+	Until []exploreFound
+}
+
 // explore runs the explore binary on the example at version with args, its runs and explore.json under dir, its
 // output to dir/output.log, and returns explore.json and the run's wall time. Errors: the binary failed
 // (exit 2: bad input, no compile, a failing unperturbed run; its last lines named) or wrote no explore.json.
-func explore(ctx context.Context, c config, example, version, dir string, args ...string) (struct{ Rows []exploreRow }, time.Duration, error) {
-	var x struct{ Rows []exploreRow }
+func explore(ctx context.Context, c config, example, version, dir string, args ...string) (exploration, time.Duration, error) {
+	var x exploration
 	suite, err := suiteDir(example, version)
 	if err != nil {
 		return x, 0, err
