@@ -90,13 +90,16 @@ func (c *Case) writeRecord(points, firedAt []string, end map[string]map[string]s
 		if w.Manager == caseManager || w.answer() || w.audited {
 			continue
 		}
-		r.Writes = append(r.Writes, perturb.RecordWrite{Writer: w.writer(), Object: w.Kind + "/" + w.Name,
+		// An object's name carries the case's namespace as perturb.CaseNamespace, so a point made from this
+		// record names the same object in a run of another namespace (a cluster-scoped object named after
+		// its case's namespace, such as a Node).
+		r.Writes = append(r.Writes, perturb.RecordWrite{Writer: w.writer(), Object: w.Kind + "/" + perturb.RelativeName(w.Name, c.Namespace),
 			Verb: string(w.Verb), Subresource: w.Subresource, Rejected: w.Err != nil})
 	}
 	r.Changes, r.Seen = map[string]int{}, map[string]map[string]int{}
 	watching := c.s.watchingSince()
 	for _, ch := range c.s.stream.changes(c.Namespace, ChangeFilter{}) {
-		obj := ch.Kind + "/" + ch.Name
+		obj := ch.Kind + "/" + perturb.RelativeName(ch.Name, c.Namespace)
 		r.Changes[obj]++
 		for m, since := range watching {
 			if t, ok := since[ch.Kind]; ok && !ch.Time.Before(t) {

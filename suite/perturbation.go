@@ -43,7 +43,10 @@ type plan struct {
 // armed is one point of a plan and the number of writes or changes it has counted; primed is set when a
 // fault point's change trigger fired and its writer's next write is still to be refused.
 type armed struct {
-	p      perturb.Point
+	p perturb.Point
+	// in is p in its case's namespace (perturb.Point.In), whose Object is the API server's name: what
+	// writes and watch events are matched against.
+	in     perturb.Point
 	n      int
 	primed bool
 }
@@ -142,12 +145,12 @@ func (s *Suite) planFor(ns string, create bool) *plan {
 // arm adds p to the plan; a point with a change trigger is counted by its manager's watches
 // (changeTrigger).
 func (s *Suite) arm(pl *plan, p perturb.Point) {
-	a := &armed{p: p}
+	a := &armed{p: p, in: p.In(pl.ns)}
 	pl.mu.Lock()
 	pl.armed = append(pl.armed, a)
 	pl.mu.Unlock()
 	if p.Trigger.OnChange() {
-		kind, name, _ := strings.Cut(p.Object, "/")
+		kind, name, _ := strings.Cut(a.in.Object, "/")
 		s.chmu.Lock()
 		s.changeTriggers = append(s.changeTriggers, &changeTrigger{s: s, a: a, pl: pl, key: heldKey{kind, s.objectNamespace(kind, pl.ns), name}, rvs: map[string]bool{}})
 		s.chmu.Unlock()
@@ -284,7 +287,7 @@ func (s *Suite) perturbBefore(w *Write, gr schema.GroupResource) fired {
 			}
 			continue
 		}
-		if !a.p.Counts(writer, w.Kind, w.Name) {
+		if !a.in.Counts(writer, w.Kind, w.Name) {
 			continue
 		}
 		if a.n++; !a.p.Fires(a.n) {

@@ -295,15 +295,7 @@ func testPerturbation(t *testing.T, s *Suite) {
 		if p := run("v"); p.Failed() {
 			t.Fatalf("the unperturbed case failed: %v", p.Errors())
 		}
-		files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
-		if len(files) != 1 {
-			t.Fatalf("records %v, want one", files)
-		}
-		b, _ := os.ReadFile(files[0])
-		var r perturb.Record
-		if err := json.Unmarshal(b, &r); err != nil {
-			t.Fatal(err)
-		}
+		r, b := onlyRecord(t, dir)
 		if r.Spec != "differential" || r.EndState["ConfigMap/x"]["data.k"] != "v" || r.EndState["ConfigMap/x"]["data.seen"] != "yes" ||
 			len(r.Writes) == 0 || r.Writes[0] != (perturb.RecordWrite{Writer: "op/configmap", Object: "ConfigMap/x", Verb: "patch"}) ||
 			r.Changes["ConfigMap/x"] != 2 || r.Seen["op"]["ConfigMap/x"] != 2 {
@@ -345,6 +337,22 @@ func testPerturbation(t *testing.T, s *Suite) {
 			t.Fatalf("an allowed difference: errors %q reports %q, want no failure and the reason reported", p.Errors(), p.Reports())
 		}
 	})
+}
+
+// onlyRecord reads the one case record in dir (ENSEMBLE_EXPLORE's), and its JSON; it fails t when dir
+// holds another count of records or one that does not parse.
+func onlyRecord(t *testing.T, dir string) (perturb.Record, []byte) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(dir, "*.json"))
+	if len(files) != 1 {
+		t.Fatalf("records %v, want one", files)
+	}
+	b, _ := os.ReadFile(files[0])
+	var r perturb.Record
+	if err := json.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r, b
 }
 
 // cachedSeen reads data.seen of the case's ConfigMap name from the op manager's cache (the error's text when

@@ -2,6 +2,9 @@ package suite
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +21,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	"github.com/ensembletest/ensemble/internal/recordtb"
+	"github.com/ensembletest/ensemble/suite/perturb"
 )
 
 // roleKeeper reconciles cluster-scoped objects: every ClusterRole labelled keep=true gets its finalizer,
@@ -142,6 +148,49 @@ func testClusterScoped(t *testing.T, s *Suite) {
 		g.Expect(apierrors.IsNotFound(err)).To(BeTrue(), "ClusterRole %s after its case: %v", name, err)
 	}
 	g.Expect(s.rec.scopes.claimed(aNS)).To(BeEmpty())
+
+	// A cluster-scoped object named after its case's namespace is named in the case's record, and by a point,
+	// with the namespace written <namespace>: a point made from one run's record names the same role in
+	// another run, whose namespace differs. Both points fire: one on the controller's first write of the
+	// role, one on the first change of its child as the manager's watch delivers it.
+	t.Run("a point names an object after its case's namespace", func(t *testing.T) {
+		dir := t.TempDir()
+		s.exploreDir = dir
+		defer func() { s.exploreDir = "" }()
+		p := &recordtb.TB{TestName: "relative"}
+		c := s.NewCase(p)
+		role := perturb.CaseNamespace + "-role"
+		c.Perturb(perturb.Point{Mode: perturb.Conflict, Writer: "op/clusterrole", Object: "ClusterRole/" + role, Trigger: perturb.Nth(1)})
+		c.Perturb(perturb.Point{Mode: perturb.Stale, Writer: "op", Object: "ClusterRole/" + role + "-child", Trigger: perturb.Change(1)})
+		if err := c.Create(&rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: c.Namespace + "-role", Labels: map[string]string{"keep": "true"}}}); err != nil {
+			t.Fatal(err)
+		}
+		g.Eventually(func() error {
+			return c.Get(c.Namespace+"-role-child", &rbacv1.ClusterRole{})
+		}).WithTimeout(patience).Should(Succeed(), "the controller never made the role's child")
+		c.RequireQuiescent(300*time.Millisecond, patience)
+		p.RunCleanups()
+		if p.Failed() {
+			t.Fatalf("the case failed: %q", p.Errors())
+		}
+		r, b := onlyRecord(t, dir)
+		fired := strings.Join(r.Fired, "\n")
+		for _, want := range []string{
+			"conflict@op/clusterrole:ClusterRole/<namespace>-role#1 at ClusterRole/" + c.Namespace + "-role (patch by op/clusterrole",
+			"stale@op:ClusterRole/<namespace>-role-child^1 at ClusterRole/" + c.Namespace + "-role-child (its change 1",
+		} {
+			if !strings.Contains(fired, want) {
+				t.Errorf("fired:\n%s\nwant %q", fired, want)
+			}
+		}
+		refused := perturb.RecordWrite{Writer: "op/clusterrole", Object: "ClusterRole/<namespace>-role", Verb: "patch", Rejected: true}
+		if !slices.Contains(r.Writes, refused) || r.Changes["ClusterRole/<namespace>-role-child"] == 0 || r.Seen["op"]["ClusterRole/<namespace>-role-child"] == 0 {
+			t.Errorf("record %s\nwant the refused write %+v and the child's changes named after <namespace>", b, refused)
+		}
+		if strings.Contains(fmt.Sprint(r.Writes, r.Changes, r.Seen), c.Namespace) {
+			t.Errorf("the record's writes and changes name the case's namespace %s: %+v %v", c.Namespace, r.Writes, r.Changes)
+		}
+	})
 }
 
 // clientsetWriter annotates every ConfigMap labelled clientset=true through a typed clientset built on

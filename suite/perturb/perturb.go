@@ -76,7 +76,9 @@ type Point struct {
 	// Writer is the manager ("multigres") or the controller ("multigres/multigres-shard") whose writes count.
 	Writer string
 	// Object narrows the counted writes to one object of the case's namespace, "Kind/name"; empty counts all.
-	// A change trigger names the object whose changes it counts here (required).
+	// A change trigger names the object whose changes it counts here (required). Its name may write the
+	// case's namespace as CaseNamespace ("Node/<namespace>-cp-0"), as a Record names the case's objects, so
+	// that a point made from one run's record names the same object in another run, whose namespace differs.
 	Object string
 	// Trigger is the one count the point fires on: Nth(n), Every(n), Rate(r) or Change(n).
 	Trigger Trigger
@@ -159,6 +161,29 @@ func (p Point) Fires(n int) bool {
 		return float64(h.Sum64()%1_000_000) < p.Trigger.Rate*1_000_000
 	}
 	return false
+}
+
+// CaseNamespace stands for the case's namespace in an object's name, as a Record writes its objects and a
+// Point may name one: a cluster-scoped object named after its case's namespace (a Node "ns-1-cp-0" of case
+// ns-1) is "Node/<namespace>-cp-0", the same in every run of the spec. See docs/architecture.md §3
+// Perturbation.
+const CaseNamespace = "<namespace>"
+
+// RelativeName is name with the namespace ns written as CaseNamespace wherever it occurs; name itself when ns
+// is empty.
+func RelativeName(name, ns string) string {
+	if ns == "" {
+		return name
+	}
+	return strings.ReplaceAll(name, ns, CaseNamespace)
+}
+
+// In is p as it applies to the case of namespace ns: CaseNamespace in its Object replaced by ns, the object
+// as the API server names it. Write p itself, not In's, where a point is reported: a write-rate trigger
+// picks its writes by a hash of p's string.
+func (p Point) In(ns string) Point {
+	p.Object = strings.ReplaceAll(p.Object, CaseNamespace, ns)
+	return p
 }
 
 // Counts reports whether a write by writer ("manager/controller", or the manager alone outside a pass) on

@@ -27,6 +27,7 @@ func TestParseReadsWhatStringWrites(t *testing.T) {
 		"stale@multigres:Shard/mg-db-tg-0^1+5",
 		"stale@capi/machinedeployment#1+15s",
 		"coalesce@multigres:Shard/mg-db-tg-0^2+1m30s",
+		"stale@infra:Node/<namespace>-cp-0^1+15s",
 	} {
 		p, err := Parse(s)
 		if err != nil {
@@ -41,6 +42,26 @@ func TestParseReadsWhatStringWrites(t *testing.T) {
 	want := Point{Mode: Slow, System: "hakeeper", Latency: 200 * time.Millisecond, Writer: "matrixone", Object: "CNClaim/c-0", Trigger: Every(2), For: 3}
 	if p != want {
 		t.Errorf("Parse = %+v, want %+v", p, want)
+	}
+}
+
+// A name written relative to its case's namespace is the same in every run, and In names the object of the
+// case at hand; no namespace leaves a name as it is.
+func TestRelativeNamesAreTheSameInEveryRun(t *testing.T) {
+	a, b := RelativeName("e-spec-1a2b-cp-0", "e-spec-1a2b"), RelativeName("e-spec-9z8y-cp-0", "e-spec-9z8y")
+	if a != "<namespace>-cp-0" || a != b {
+		t.Errorf("RelativeName = %q and %q, want <namespace>-cp-0 for both", a, b)
+	}
+	if got := RelativeName("cp-0", ""); got != "cp-0" {
+		t.Errorf("RelativeName without a namespace = %q", got)
+	}
+	p, err := Parse("conflict@infra:Node/" + a + "#1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := p.In("e-spec-9z8y")
+	if !in.Counts("infra", "Node", "e-spec-9z8y-cp-0") || in.Counts("infra", "Node", "e-spec-1a2b-cp-0") || p.Object != "Node/<namespace>-cp-0" {
+		t.Errorf("In = %+v: want it to count the write of the case's Node only, and p unchanged", in)
 	}
 }
 

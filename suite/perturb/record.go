@@ -34,7 +34,8 @@ type Record struct {
 	// Writes are the case's writes by operators and fakes (not the spec's own, nor those read from
 	// kube-apiserver's audit log, such as kube-controller-manager's, which no point answers), oldest first.
 	Writes []RecordWrite `json:"writes"`
-	// Changes counts each object's changes in the case's namespace, by "Kind/name"; Seen counts, by manager,
+	// Changes counts each object's changes in the case's namespace, by "Kind/name" (a name written as in
+	// RecordWrite.Object); Seen counts, by manager,
 	// those its cache's watch could deliver (after its informer for the kind began watching): the range of
 	// the change triggers of that manager's points, which fire in that watch.
 	Changes map[string]int            `json:"changes,omitempty"`
@@ -50,7 +51,8 @@ type Record struct {
 }
 
 // RecordWrite is one write of a Record: its writer ("manager/controller", or the manager alone outside a
-// pass), its object ("Kind/name"), verb and subresource, and whether the API server refused it.
+// pass), its object ("Kind/name", the case's namespace in the name written as CaseNamespace, as a Point may
+// name it), verb and subresource, and whether the API server refused it.
 type RecordWrite struct {
 	Writer      string `json:"writer"`
 	Object      string `json:"object"`
