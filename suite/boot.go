@@ -94,7 +94,8 @@ type Options struct {
 	// dir>/ensemble-artifacts.
 	ArtifactsDir string
 	// StartTimeout bounds the control plane's whole start (envtest's retries included), the garbage
-	// collector's first collection and each manager's cache sync. Default 60 s.
+	// collector's first collection and each manager's cache sync. Default 60 s. Past it a control plane's
+	// start goes on while the binary it waits for keeps using CPU (a loaded machine), up to 5 times as long.
 	StartTimeout time.Duration
 	// StopTimeout bounds Stop: managers, then kube-apiserver and etcd. Default 20 s.
 	StopTimeout time.Duration

@@ -69,28 +69,58 @@ func main() {
 }
 `
 
+// busySource is a stand-in for a control-plane binary on a machine loaded past its cores: it works (spins a
+// core) for $ENSEMBLE_TEST_BUSY (a Go duration; "forever" never stops), then becomes the real binary of the
+// same name in $ENSEMBLE_TEST_REAL_DIR with the same arguments. It answers --version as the real one at once.
+const busySource = `package main
+
+import (
+	"os"
+	"path/filepath"
+	"syscall"
+	"time"
+)
+
+func main() {
+	if len(os.Args) < 2 || os.Args[1] != "--version" {
+		d, err := time.ParseDuration(os.Getenv("ENSEMBLE_TEST_BUSY"))
+		for end := time.Now().Add(d); err != nil || time.Now().Before(end); {
+		}
+	}
+	real := filepath.Join(os.Getenv("ENSEMBLE_TEST_REAL_DIR"), filepath.Base(os.Args[0]))
+	panic(syscall.Exec(real, os.Args, os.Environ()))
+}
+`
+
 // hangingAssets returns an assets directory where the named binaries are the hanging stand-in and the
 // others are links to the real ones.
 func hangingAssets(t *testing.T, hang ...string) string {
+	t.Helper()
+	return standInAssets(t, hangSource, hang...)
+}
+
+// standInAssets returns an assets directory where the named binaries are built from source and the others
+// are links to the real ones.
+func standInAssets(t *testing.T, source string, names ...string) string {
 	t.Helper()
 	real, err := AssetsDir()
 	if err != nil {
 		t.Skip(err)
 	}
 	src := t.TempDir()
-	if err := os.WriteFile(filepath.Join(src, "main.go"), []byte(hangSource), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(src, "main.go"), []byte(source), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(src, "go.mod"), []byte("module hang\n\ngo 1.26\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(src, "go.mod"), []byte("module standin\n\ngo 1.26\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
 	for _, bin := range []string{"kube-apiserver", "etcd"} {
-		if contains := strings.Contains(strings.Join(hang, " "), bin); contains {
+		if contains := strings.Contains(strings.Join(names, " "), bin); contains {
 			cmd := exec.Command("go", "build", "-o", filepath.Join(dir, bin), ".")
 			cmd.Dir = src
 			if out, err := cmd.CombinedOutput(); err != nil {
-				t.Fatalf("building the hanging %s: %v\n%s", bin, err, out)
+				t.Fatalf("building the stand-in %s: %v\n%s", bin, err, out)
 			}
 			continue
 		}
@@ -101,15 +131,16 @@ func hangingAssets(t *testing.T, hang ...string) string {
 	return dir
 }
 
-// TestStartGivesUpOnAHungBinary: a binary that answers --version but never serves ends the start within
-// its bound (not envtest's 5 retries of 60 s), with one line naming it, and leaves no process.
+// TestStartGivesUpOnAHungBinary: a binary that answers --version but never serves ends the start once its
+// bound has passed, as idle (not at StartStretch times the bound, nor after envtest's 5 retries), with one
+// line naming it, and leaves no process.
 
 func TestStartGivesUpOnAHungBinary(t *testing.T) {
 	for _, bin := range []string{"kube-apiserver", "etcd"} {
 		t.Run(bin, func(t *testing.T) {
 			dir := hangingAssets(t, bin)
 			t.Setenv("KUBEBUILDER_ASSETS", dir) // envtest prefers it to BinaryAssetsDirectory
-			want := bin + " (" + filepath.Join(dir, bin) + ") did not come up within 3s"
+			want := bin + " (" + filepath.Join(dir, bin) + ") did not come up within"
 			start := time.Now()
 			p, err := Start(&envtest.Environment{BinaryAssetsDirectory: dir, ControlPlaneStartTimeout: 3 * time.Second}, nil)
 			took := time.Since(start)
@@ -117,16 +148,58 @@ func TestStartGivesUpOnAHungBinary(t *testing.T) {
 			if p != nil {
 				_ = p.Stop()
 			}
-			if err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") {
-				t.Fatalf("Start = %v, want one line saying %s did not come up", err, bin)
-			}
-			if took > 10*time.Second {
-				t.Errorf("Start took %s to give up on a 3 s bound", took)
+			if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "was idle over its last") || strings.Contains(err.Error(), "\n") {
+				t.Fatalf("Start = %v, want one line saying %s did not come up and was idle", err, bin)
 			}
 			if left := ChildControlPlanes(); len(left) != 0 {
 				t.Fatalf("processes left: %v", left)
 			}
 		})
+	}
+}
+
+// TestStartWaitsForABinaryThatIsStillWorking: a start that passes its bound while the binary it waits for
+// keeps a core busy (a machine loaded past its cores) goes on and succeeds; one still working at
+// StartStretch times the bound is given up with one line that says the machine is too loaded.
+func TestStartWaitsForABinaryThatIsStillWorking(t *testing.T) {
+	real, err := AssetsDir()
+	if err != nil {
+		t.Skip(err)
+	}
+	dir := standInAssets(t, busySource, "kube-apiserver")
+	t.Setenv("KUBEBUILDER_ASSETS", dir) // envtest prefers it to BinaryAssetsDirectory
+	t.Setenv("ENSEMBLE_TEST_REAL_DIR", real)
+	t.Run("slow", func(t *testing.T) {
+		t.Setenv("ENSEMBLE_TEST_BUSY", "17s")
+		start := time.Now()
+		p, err := Start(&envtest.Environment{BinaryAssetsDirectory: dir, ControlPlaneStartTimeout: 15 * time.Second}, nil)
+		t.Logf("after %s: %v", time.Since(start).Round(time.Millisecond), err)
+		if err != nil {
+			t.Fatalf("Start = %v, want a start that goes on past its 15 s bound while kube-apiserver works", err)
+		}
+		if err := p.Stop(); err != nil {
+			t.Fatal(err)
+		}
+	})
+	t.Run("too slow", func(t *testing.T) {
+		t.Setenv("ENSEMBLE_TEST_BUSY", "forever")
+		start := time.Now()
+		p, err := Start(&envtest.Environment{BinaryAssetsDirectory: dir, ControlPlaneStartTimeout: 2 * time.Second}, nil)
+		took := time.Since(start)
+		t.Logf("after %s: %v", took.Round(time.Millisecond), err)
+		if p != nil {
+			_ = p.Stop()
+		}
+		want := "kube-apiserver (" + filepath.Join(dir, "kube-apiserver") + ") did not come up within 10s, 5 times the start bound 2s, though it was still working"
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "run fewer test processes") || strings.Contains(err.Error(), "\n") {
+			t.Fatalf("Start = %v, want one line saying %s", err, want)
+		}
+		if took < 10*time.Second {
+			t.Errorf("Start gave up after %s, before 5 times its 2 s bound", took)
+		}
+	})
+	if left := ChildControlPlanes(); len(left) != 0 {
+		t.Fatalf("processes left: %v", left)
 	}
 }
 

@@ -28,11 +28,16 @@ var controlPlaneNames = map[string]bool{"kube-apiserver": true, "etcd": true, "k
 func pidDir() string { return filepath.Join(os.TempDir(), "ensemble-pids") }
 
 // procStat is what /proc/<pid>/stat says of a process: its command name (cut to 15 characters by the
-// kernel), its state letter and its parent's pid.
+// kernel), its state letter, its parent's pid and the CPU time it has used (user and system, in clock ticks).
 type procStat struct {
 	comm, state string
 	ppid        int
+	ticks       int64
 }
+
+// tick is one clock tick of /proc/<pid>/stat's CPU times: the kernel reports them in USER_HZ, 100 a second
+// on every architecture Linux runs Kubernetes on.
+const tick = 10 * time.Millisecond
 
 // readStat reads /proc/<pid>/stat, "pid (comm) state ppid ...", in one read; ok is false when the process
 // does not exist. comm may hold spaces and parentheses, so the fields are split after the last ')'.
@@ -51,7 +56,30 @@ func readStat(pid int) (st procStat, ok bool) {
 	}
 	st.comm, st.state = string(b[open+1:end]), f[0]
 	st.ppid, _ = strconv.Atoi(f[1])
+	if len(f) > 12 {
+		// Fields 14 and 15 of the line, utime and stime, are the 12th and 13th after the command name.
+		utime, _ := strconv.ParseInt(f[11], 10, 64)
+		stime, _ := strconv.ParseInt(f[12], 10, 64)
+		st.ticks = utime + stime
+	}
 	return st, true
+}
+
+// threadRunnable reports whether one of pid's threads is running or waiting to run (state R) or in
+// uninterruptible disk wait (state D), from /proc/<pid>/task/<tid>/stat.
+func threadRunnable(pid int) bool {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task"
+	tasks, _ := os.ReadDir(dir)
+	for _, t := range tasks {
+		b, err := os.ReadFile(dir + "/" + t.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		if end := strings.LastIndexByte(string(b), ')'); end >= 0 && end+2 < len(b) && (b[end+2] == 'R' || b[end+2] == 'D') {
+			return true
+		}
+	}
+	return false
 }
 
 // comm returns a process's command name, or "" when it does not exist.

@@ -53,9 +53,13 @@ var startMu sync.Mutex
 // Start starts env (its BinaryAssetsDirectory defaults to AssetsDir) after killing control planes left by
 // test processes that no longer exist. It first checks that the binaries answer the expected versions and
 // that the temp directory is writable. The processes it starts are recorded as they appear, so a test process
-// killed outright even mid-start leaves them to the next Start to kill. Start gives up after
-// env.ControlPlaneStartTimeout (DefaultStartTimeout when zero) for the whole start, envtest's own retries
-// included, kills what it started and names the binary that did not come up. On SIGINT or SIGTERM it kills
+// killed outright even mid-start leaves them to the next Start to kill. The start's bound is
+// env.ControlPlaneStartTimeout (DefaultStartTimeout when zero), envtest's own retries included: past it Start
+// gives up as soon as the binary it waits for is idle (under 2 % of a core and no thread runnable, in each of
+// three windows of a twelfth of the bound, from 1 s to 5 s), or at StartStretch times the bound while it keeps
+// working. Then it kills what it
+// started and names the binary that did not come up. Start sets env.ControlPlaneStartTimeout to StartStretch
+// times the bound, envtest's own bound for each binary. On SIGINT or SIGTERM it kills
 // the control plane at once (SIGKILL: a second Ctrl-C may end the process before an orderly stop
 // finishes), even while envtest is still starting, then runs onSignal (may be nil; the caller's own
 // teardown); after SignalGrace the signal is re-raised with its default action.
@@ -88,8 +92,8 @@ func Start(env *envtest.Environment, onSignal func()) (*Plane, error) {
 	bound := env.ControlPlaneStartTimeout
 	if bound <= 0 {
 		bound = DefaultStartTimeout
-		env.ControlPlaneStartTimeout = bound
 	}
+	env.ControlPlaneStartTimeout = StartStretch * bound
 	ReapOrphans()
 	startWatchdog()
 	beatTestTimeout()
@@ -133,8 +137,32 @@ func Start(env *envtest.Environment, onSignal func()) (*Plane, error) {
 	return p, nil
 }
 
-// startWithin runs env.Start, giving up after bound: then it kills every process the plane started (and
-// keeps killing those envtest's retries start) until env.Start returns, and names the binary that hung.
+// StartStretch is how many times its bound a control plane's start may last while the binary it waits for
+// is still working. On a machine loaded far past its cores a kube-apiserver that uses CPU is slow, not hung:
+// at a load of 20 on 2 cores its start took more than 60 s.
+const StartStretch = 5
+
+// idleShare is the share of one core under which a starting binary counts as idle over a stall window: a
+// binary that waits on what never comes uses next to none (a few polls), one that starts uses far more
+// even when the machine gives it a tenth of a core.
+const idleShare = 50 // one fiftieth, 2 %
+
+// idleWindows is how many stall windows in a row the binary a start waits for must be idle to be given up:
+// envtest itself works between etcd's start and kube-apiserver's (certificates, flags) while etcd idles.
+const idleWindows = 3
+
+// stallWindow is how long the binary a start waits for is watched for CPU use before it is called idle:
+// a twelfth of the bound, from 1 s to 5 s.
+func stallWindow(bound time.Duration) time.Duration {
+	return min(max(bound/12, time.Second), 5*time.Second)
+}
+
+// startWithin runs env.Start. Once bound has passed it gives up as soon as the binary it waits for (etcd,
+// then kube-apiserver once started) did not work (activity.worked) in each of the last idleWindows stall
+// windows, or, while it keeps working, once StartStretch times bound has passed. Then it kills every process the plane started (and
+// keeps killing those envtest's retries start) until env.Start returns, and names the binary that did not
+// come up. env.ControlPlaneStartTimeout must already be StartStretch times bound, so envtest itself does
+// not give up first.
 func (p *Plane) startWithin(bound time.Duration) (*rest.Config, error) {
 	type result struct {
 		cfg *rest.Config
@@ -145,30 +173,94 @@ func (p *Plane) startWithin(bound time.Duration) (*rest.Config, error) {
 		cfg, err := p.env.Start()
 		ch <- result{cfg, err}
 	}()
-	select {
-	case r := <-ch:
-		if r.err != nil {
-			return nil, p.startError(r.err)
+	began := time.Now()
+	window := stallWindow(bound)
+	ticker := time.NewTicker(window)
+	defer ticker.Stop()
+	var act activity
+	var stuck, other string
+	idle, idleFor := false, 0
+	for {
+		select {
+		case r := <-ch:
+			if r.err != nil {
+				return nil, p.startError(r.err)
+			}
+			return r.cfg, nil
+		case <-ticker.C:
 		}
-		return r.cfg, nil
-	case <-time.After(bound):
+		// envtest starts etcd, waits until it serves, then starts kube-apiserver.
+		stuck, other = "etcd", "kube-apiserver had not been started"
+		p.mu.Lock()
+		if p.seen["kube-apiserver"] {
+			stuck, other = "kube-apiserver", "etcd had come up"
+		}
+		p.mu.Unlock()
+		if act.worked(p.named(stuck), window) {
+			idleFor = 0
+		} else {
+			idleFor++
+		}
+		took := time.Since(began)
+		if took < bound {
+			continue
+		}
+		if idle = idleFor >= idleWindows; idle || took >= StartStretch*bound {
+			break
+		}
 	}
-	// envtest starts etcd, waits until it serves, then starts kube-apiserver.
-	stuck, other := "etcd", "kube-apiserver had not been started"
-	p.mu.Lock()
-	if p.seen["kube-apiserver"] {
-		stuck, other = "kube-apiserver", "etcd had come up"
-	}
-	p.mu.Unlock()
 	for {
 		KillNow(p.children())
 		select {
 		case <-ch:
-			return nil, fmt.Errorf("ensemble: %s (%s) did not come up within %s, the whole start bound (%s); it was killed: check that the binary is a real %s, or rebuild it with `make envtest-assets`",
-				stuck, binaryPath(stuck, p.env.BinaryAssetsDirectory), bound, other, stuck)
+			if idle {
+				return nil, fmt.Errorf("ensemble: %s (%s) did not come up within %s and was idle over its last %s (%s); it was killed: check that the binary is a real %s, or rebuild it with `make envtest-assets`",
+					stuck, binaryPath(stuck, p.env.BinaryAssetsDirectory), time.Since(began).Round(time.Second), (idleWindows * window).Round(10*time.Millisecond), other, stuck)
+			}
+			return nil, fmt.Errorf("ensemble: %s (%s) did not come up within %s, %d times the start bound %s, though it was still working (%s); it was killed: the machine is too loaded, so run fewer test processes at once or raise suite.Options.StartTimeout",
+				stuck, binaryPath(stuck, p.env.BinaryAssetsDirectory), StartStretch*bound, StartStretch, bound, other)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
+}
+
+// named returns the plane's processes whose command name is name.
+func (p *Plane) named(name string) []int {
+	var out []int
+	for _, pid := range p.children() {
+		if comm(pid) == name {
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+// activity tells a starting plane that works from one that waits on what never comes.
+type activity struct {
+	// ticks is the CPU time each process used by the last call of worked, in clock ticks.
+	ticks map[int]int64
+}
+
+// worked reports whether the processes pids (those not running are skipped) worked since the last call, a
+// window ago: they used at least 2 % of a core over it (2 clock ticks at least), or one of their threads is
+// runnable or in disk wait now. A process the machine starves of CPU uses little but stays runnable.
+func (a *activity) worked(pids []int, window time.Duration) bool {
+	now, used, busy := map[int]int64{}, int64(0), false
+	for _, pid := range pids {
+		st, ok := readStat(pid)
+		if !ok || !st.isRunningPlane() {
+			continue
+		}
+		now[pid] = st.ticks
+		if before, seen := a.ticks[pid]; seen && st.ticks >= before {
+			used += st.ticks - before
+		} else {
+			used += st.ticks // a new process, or one that made an exec and began its count anew
+		}
+		busy = busy || threadRunnable(pid)
+	}
+	a.ticks = now
+	return busy || time.Duration(used)*tick >= max(window/idleShare, 2*tick)
 }
 
 // startError turns envtest's start error into one line that says what to do.
