@@ -8,6 +8,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -177,10 +178,22 @@ var _ = Describe("multigres", Label("multigres"), func() {
 
 	It("StorageClassValid has one writer: with the backup and the pool class missing its message is stable", func() {
 		c := s.NewCase(GinkgoT())
-		msgs, passes := storageClassMessages(c, fixtures.MultigresSpec{BackupStorageClass: "missing-backup",
-			Pools: map[string]fixtures.Pool{"main": {ReplicasPerCell: 1, StorageClass: "missing-pool"}}})
+		spec := fixtures.MultigresSpec{BackupStorageClass: "missing-backup",
+			Pools: map[string]fixtures.Pool{"main": {ReplicasPerCell: 1, StorageClass: "missing-pool"}}}
+		msgs, passes := storageClassMessages(c, spec)
 		Expect(msgs).To(HaveLen(1), "StorageClassValid took %d messages over %d passes: two writers fight over it", len(msgs), passes)
 		Expect(msgs[0]).To(And(ContainSubstring("missing-backup"), ContainSubstring("missing-pool")), "one verdict names every missing class")
+		By("a condition whose status did not change keeps its lastTransitionTime, however many passes rewrite it")
+		Expect(movedTransitionTimes(c, "Shard", spec.Names().Shard, mgv1.ConditionStorageClassValid, mgv1.ConditionAvailable)).
+			To(BeEmpty(), "over %d passes", passes)
+		By("an unchanged verdict is not sent again: the guard writes StorageClassValid once, not once a pass")
+		var guard []string
+		for _, w := range c.Writes(suite.WriteFilter{Kind: "Shard", Name: spec.Names().Shard}) {
+			if w.FieldOwner == multigres.FieldOwnerGuard {
+				guard = append(guard, w.String())
+			}
+		}
+		Expect(guard).To(HaveLen(1), "the guard re-sent an unchanged StorageClassValid over %d passes", passes)
 	})
 })
 
@@ -189,6 +202,7 @@ var _ = Describe("multigres", Label("multigres"), func() {
 func latePoolerRoleSpec() {
 	c := s.NewCase(GinkgoT())
 	spec := fixtures.MultigresSpec{}
+	created := time.Now()
 	bringUpHealthy(c, spec)
 	names := spec.Names()
 	newPod := spec.PoolPods("main", 3)[2]
@@ -207,6 +221,11 @@ func latePoolerRoleSpec() {
 	sh := shardOf(c, names.Shard)
 	Expect(sh.Status.PodRoles).NotTo(HaveKey(newPod), "the held pooler's role appeared before Release: the race was not constructed")
 	Expect(sh.Status.Phase).NotTo(Equal(mgv1.PhaseHealthy), "a shard with an unregistered pooler reports Healthy")
+	for _, t := range []string{mgv1.ConditionAvailable, mgv1.ConditionPostureConsistent} {
+		cond := meta.FindStatusCondition(sh.Status.Conditions, t)
+		Expect(cond).NotTo(BeNil(), "the shard has no %s condition", t)
+		Expect(cond.Status).To(Equal(metav1.ConditionFalse), "a shard whose pod %s has no pooler reports %s True", newPod, t)
+	}
 
 	By("releasing the registration")
 	released := time.Now()
@@ -219,6 +238,49 @@ func latePoolerRoleSpec() {
 	}).WithTimeout(healthyTimeout).Should(Succeed(), "the late pooler's role never landed in podRoles")
 	Expect(podReady(c, newPod)).To(BeTrue())
 	AddReportEntry("late pooler's role landed after Release in", time.Since(released).Round(time.Millisecond).String())
+	Expect(movedTransitionTimes(c, "Pod", newPod, string(multigres.PodConditionPoolerDataReady))).To(BeEmpty(),
+		"the late pod's PoolerDataReady went through its reasons")
+
+	By("each poll of the unconverged shard kept to its backoff: the time unconverged, clamped, plus at most the jitter")
+	// The shard cannot have been unconverged for longer than the case has existed, so that bounds each delay
+	// from above; requeue compression shortens the delays the shard waited, not the ones it asked for (Pass.Asked).
+	lo, hi, jitter := mgOptions.UnconvergedRequeueMin, mgOptions.UnconvergedRequeueMax, mgOptions.UnconvergedJitter
+	hi = max(hi, lo)
+	polls, asked := 0, map[time.Duration]bool{}
+	for _, p := range c.Passes(suite.PassFilter{Name: names.Shard, Controller: multigres.ShardControllerName}) {
+		if p.Asked == 0 || p.Err != nil || p.End.IsZero() {
+			continue
+		}
+		polls++
+		asked[p.Asked] = true
+		ceiling := time.Duration(float64(min(max(p.End.Sub(created), lo), hi)) * (1 + jitter))
+		Expect(p.Asked).To(And(BeNumerically(">=", lo), BeNumerically("<=", ceiling)),
+			"shard pass %d, %v after the cluster was created, asked to be polled again after %v", p.N, p.End.Sub(created).Round(time.Millisecond), p.Asked)
+	}
+	Expect(polls).To(BeNumerically(">", 1), "the unconverged shard asked to be polled again %d times", polls)
+	if jitter > 0 {
+		Expect(len(asked)).To(BeNumerically(">", 1), "%d polls all asked for the same delay: the jitter that spreads shards' polls is missing", polls)
+	}
+}
+
+// movedTransitionTimes returns a line for each change of kind/name in which the lastTransitionTime of one of the
+// condition types moved while its status did not: the API's conventions keep that time for a transition of
+// the status, and a user reads it as "in this state since".
+func movedTransitionTimes(c *suite.Case, kind, name string, types ...string) []string {
+	var out []string
+	for _, ch := range c.Changes(suite.ChangeFilter{Kind: kind, Name: name}) {
+		changed := map[string]suite.FieldChange{}
+		for _, f := range ch.Fields {
+			changed[f.Path] = f
+		}
+		for _, t := range types {
+			ltt, moved := changed["status.conditions[type="+t+"].lastTransitionTime"]
+			if _, transitioned := changed["status.conditions[type="+t+"].status"]; moved && !transitioned && ltt.Old != "<absent>" {
+				out = append(out, fmt.Sprintf("%s %s rv %s: %s lastTransitionTime %s -> %s, status unchanged", kind, name, ch.ResourceVersion, t, ltt.Old, ltt.New))
+			}
+		}
+	}
+	return out
 }
 
 // storageClassValid returns the StorageClassValid condition's message of the case's shard ("" when absent).

@@ -233,6 +233,7 @@ func fanOutSpec() {
 	}, gone(tree, deletedFields))
 	del.RequireFinish(afterQuiet)
 	expectNoMultigresObjects(c, cluster.Name)
+	Expect(failedPasses(c)).To(BeEmpty(), "bringing the cluster up and deleting it made passes fail")
 	AddReportEntry("deletion", fmt.Sprintf("%d objects gone in %s", tree.count(), time.Since(start).Round(time.Millisecond)))
 }
 
@@ -281,6 +282,7 @@ func poolDrainSpec() {
 		"PoolerDataReady " + multigres.ReasonPoolerShutdown, "drain " + multigres.DrainReadyForDeletion, "deletion started", "Deleted",
 	}), "pod %s: the drain handshake, in resourceVersion order", removed)
 	expectConvergedTo(c, names, spec.PoolPods("main", 2))
+	Expect(failedPasses(c)).To(BeEmpty(), "the drain made passes fail")
 }
 
 // bringUpFirstPrimary creates spec's cluster with multiorch elections frozen until every pool pod's pooler has

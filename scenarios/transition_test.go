@@ -18,6 +18,7 @@ import (
 	"github.com/ensembletest/ensemble/fixtures"
 	"github.com/ensembletest/ensemble/operators/multigres"
 	mgv1 "github.com/ensembletest/ensemble/operators/multigres/api/v1alpha1"
+	"github.com/ensembletest/ensemble/operators/multigres/topo"
 	"github.com/ensembletest/ensemble/suite"
 )
 
@@ -234,6 +235,7 @@ func (rt roundTrip) run(c *suite.Case) {
 		Expect(uidsAgain[name]).To(Equal(uid), "pod %s, which B kept, was replaced on the way back to A", name)
 		Expect(uidsA[name]).To(Equal(uid), "pod %s, which B kept, was replaced on the way to B", name)
 	}
+	Expect(failedPasses(c)).To(BeEmpty(), "A -> B -> A made passes fail")
 	AddReportEntry("round trip", fmt.Sprintf("%d objects equal after A -> B -> A; %d pods kept through B", len(after), len(kept)))
 }
 
@@ -287,6 +289,7 @@ func shardRoundTripSpec() {
 			h := expectHandshake(c, "Shard", retired, since)
 			expectPodsGoneBefore(c, retired, h.ready, since)
 			Expect(deletedBy(c, "Shard", retired, since)).To(Equal([]string{shardTableGroupWriter}), "who deleted shard %s", retired)
+			expectPoolersShutDown(c, topo.ShardKey{Database: cluster.Spec.Databases[0].Name, TableGroup: tg.Name, Shard: second.Name})
 		}}.run(c)
 }
 
@@ -314,7 +317,26 @@ func tableGroupRoundTripSpec() {
 			Expect(tgh.annotated).To(BeNumerically("<", sh.annotated), "the shard was retired before its table group")
 			Expect(sh.gone).To(BeNumerically("<", tgh.ready), "table group %s reported ReadyForDeletion while its shard was there", retiredTG)
 			Expect(deletedBy(c, "TableGroup", retiredTG, since)).To(Equal([]string{"multigres/" + multigres.ClusterControllerName}))
+			expectPoolersShutDown(c, topo.ShardKey{Database: db.Name, TableGroup: second.Name, Shard: second.Shards[0].Name})
 		}}.run(c)
+}
+
+// expectPoolersShutDown fails unless every pooler topology lists for shard key is SHUTDOWN, and at least one is
+// listed: a retired shard's pods are gone, and a SERVING pooler left behind would still be offered traffic.
+func expectPoolersShutDown(c *suite.Case, key topo.ShardKey) {
+	GinkgoHelper()
+	var all, serving []string
+	for _, pl := range topology.Snapshot(c.Namespace) {
+		if pl.Key != key {
+			continue
+		}
+		all = append(all, pl.Name)
+		if pl.Lifecycle != topo.LifecycleShutdown {
+			serving = append(serving, pl.Name+" "+pl.Lifecycle)
+		}
+	}
+	Expect(all).NotTo(BeEmpty(), "topology lists no pooler of shard %+v: it never registered one", key)
+	Expect(serving).To(BeEmpty(), "shard %+v was retired, yet topology still lists poolers of its deleted pods as serving", key)
 }
 
 // deletedBy lists the writers ("manager/controller") of the successful deletes of kind/name since since.

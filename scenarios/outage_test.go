@@ -1,0 +1,79 @@
+package scenarios
+
+import (
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+
+	"github.com/ensembletest/ensemble/fixtures"
+	mgv1 "github.com/ensembletest/ensemble/operators/multigres/api/v1alpha1"
+	"github.com/ensembletest/ensemble/suite"
+)
+
+// Topology outages: Multigres topology is an external system the operator cannot watch, so while it is down the
+// operator must come back to it by itself (docs/architecture.md §6: the cluster "requeues while topology is
+// unavailable"), an outage is a wait rather than a failing reconcile, and deleting a cluster must not depend on
+// it.
+
+// takeTopologyDown makes the case's topology unavailable until the spec ends or it is brought back.
+func takeTopologyDown(c *suite.Case) {
+	topology.Unavailable(c.Namespace, true)
+	DeferCleanup(topology.Unavailable, c.Namespace, false)
+}
+
+// namespaceEmptyOf reports the case's MultigresClusters, TableGroups, Shards and pods still present.
+func namespaceEmptyOf(g Gomega, c *suite.Case) {
+	mcs, tgs, shards, pods := &mgv1.MultigresClusterList{}, &mgv1.TableGroupList{}, &mgv1.ShardList{}, &corev1.PodList{}
+	g.Expect(c.List(mcs)).To(Succeed())
+	g.Expect(c.List(tgs)).To(Succeed())
+	g.Expect(c.List(shards)).To(Succeed())
+	g.Expect(c.List(pods)).To(Succeed())
+	g.Expect(mcs.Items).To(BeEmpty(), "MultigresClusters left")
+	g.Expect(tgs.Items).To(BeEmpty(), "TableGroups left")
+	g.Expect(shards.Items).To(BeEmpty(), "Shards left")
+	g.Expect(pods.Items).To(BeEmpty(), "pods left")
+}
+
+var _ = Describe("multigres topology outage", Label("multigres"), func() {
+	It("a cell added to a Healthy cluster while topology is down is registered once topology is back, and the outage fails no pass", func() {
+		c := s.NewCase(GinkgoT())
+		spec := fixtures.MultigresSpec{}
+		bringUpHealthy(c, spec)
+		names := spec.Names()
+		Expect(topology.Cells(c.Namespace)).To(ConsistOf("z1"))
+		Expect(topology.Databases(c.Namespace)).To(ConsistOf("db"))
+
+		takeTopologyDown(c)
+		mc := &mgv1.MultigresCluster{}
+		Expect(c.Update(names.Cluster, mc, func() { mc.Spec.Cells = append(mc.Spec.Cells, "z2") })).To(Succeed())
+		By("waiting until the cluster has seen its new generation while topology is down")
+		Eventually(func(g Gomega) {
+			g.Expect(c.Get(names.Cluster, mc)).To(Succeed())
+			g.Expect(mc.Status.ObservedGeneration).To(Equal(mc.Generation))
+		}).WithTimeout(10 * time.Second).Should(Succeed())
+		Expect(topology.Cells(c.Namespace)).NotTo(ContainElement("z2"), "z2 was registered while topology was down: the outage was not constructed")
+
+		By("bringing topology back: nothing in Kubernetes changes, the operator must come back on its own")
+		topology.Unavailable(c.Namespace, false)
+		Eventually(func() []string { return topology.Cells(c.Namespace) }).WithTimeout(10*time.Second).
+			Should(ConsistOf("z1", "z2"), "the cell added during the outage was never registered")
+		Expect(failedPasses(c)).To(BeEmpty(), "an unavailable topology is a wait, not a failing reconcile")
+	})
+
+	It("a cluster deleted while topology is down is removed with its table group, shard and pods, and no pass fails", func() {
+		c := s.NewCase(GinkgoT())
+		spec := fixtures.MultigresSpec{}
+		bringUpHealthy(c, spec)
+		names := spec.Names()
+
+		takeTopologyDown(c)
+		mc := &mgv1.MultigresCluster{}
+		Expect(c.Get(names.Cluster, mc)).To(Succeed())
+		Expect(c.Delete(mc)).To(Succeed())
+		Eventually(func(g Gomega) { namespaceEmptyOf(g, c) }).WithTimeout(healthyTimeout).Should(Succeed(),
+			"deleting a cluster must not wait on topology")
+		Expect(failedPasses(c)).To(BeEmpty(), "deleting a cluster makes no pass fail")
+	})
+})
