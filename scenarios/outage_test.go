@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/ensembletest/ensemble/fixtures"
+	"github.com/ensembletest/ensemble/operators/multigres"
 	mgv1 "github.com/ensembletest/ensemble/operators/multigres/api/v1alpha1"
 	"github.com/ensembletest/ensemble/suite"
 )
@@ -54,6 +55,18 @@ var _ = Describe("multigres topology outage", Label("multigres"), func() {
 			g.Expect(mc.Status.ObservedGeneration).To(Equal(mc.Generation))
 		}).WithTimeout(10 * time.Second).Should(Succeed())
 		Expect(topology.Cells(c.Namespace)).NotTo(ContainElement("z2"), "z2 was registered while topology was down: the outage was not constructed")
+		By("waiting until every pass the cluster's own writes caused has run into the outage")
+		seen := time.Now()
+		Eventually(func() int {
+			n := 0
+			for _, p := range c.Passes(suite.PassFilter{Name: names.Cluster, Controller: multigres.ClusterControllerName, Since: seen}) {
+				if !p.End.IsZero() {
+					n++
+				}
+			}
+			return n
+		}).WithTimeout(10*time.Second).Should(BeNumerically(">=", 2), "the cluster stopped trying while topology was down")
+		Expect(topology.Cells(c.Namespace)).NotTo(ContainElement("z2"))
 
 		By("bringing topology back: nothing in Kubernetes changes, the operator must come back on its own")
 		topology.Unavailable(c.Namespace, false)
