@@ -164,7 +164,7 @@ var _ = Describe("multigres", Label("multigres"), func() {
 		c := s.NewCase(GinkgoT())
 		c.OptOut(suite.HotLoop, "MG-CONDITION-MAP-ORDER is live: the StorageClassValid message flaps, each flap a write the next pass answers")
 		c.OptOut(suite.Convergence, "MG-CONDITION-MAP-ORDER is live: the StorageClassValid message never settles")
-		msgs, passes := storageClassMessages(c, fixtures.MultigresSpec{Pools: map[string]fixtures.Pool{
+		msgs, passes, _ := storageClassMessages(c, fixtures.MultigresSpec{Pools: map[string]fixtures.Pool{
 			"alpha": {ReplicasPerCell: 1, StorageClass: "missing-alpha"},
 			"beta":  {ReplicasPerCell: 1, StorageClass: "missing-beta"},
 		}})
@@ -180,12 +180,19 @@ var _ = Describe("multigres", Label("multigres"), func() {
 		c := s.NewCase(GinkgoT())
 		spec := fixtures.MultigresSpec{BackupStorageClass: "missing-backup",
 			Pools: map[string]fixtures.Pool{"main": {ReplicasPerCell: 1, StorageClass: "missing-pool"}}}
-		msgs, passes := storageClassMessages(c, spec)
+		msgs, passes, first := storageClassMessages(c, spec)
 		Expect(msgs).To(HaveLen(1), "StorageClassValid took %d messages over %d passes: two writers fight over it", len(msgs), passes)
 		Expect(msgs[0]).To(And(ContainSubstring("missing-backup"), ContainSubstring("missing-pool")), "one verdict names every missing class")
 		By("a condition whose status did not change keeps its lastTransitionTime, however many passes rewrite it")
-		Expect(movedTransitionTimes(c, "Shard", spec.Names().Shard, mgv1.ConditionStorageClassValid, mgv1.ConditionAvailable)).
-			To(BeEmpty(), "over %d passes", passes)
+		last := shardOf(c, spec.Names().Shard)
+		for _, t := range []string{mgv1.ConditionStorageClassValid, mgv1.ConditionAvailable} {
+			was, is := meta.FindStatusCondition(first.Status.Conditions, t), meta.FindStatusCondition(last.Status.Conditions, t)
+			Expect(was).NotTo(BeNil(), "no %s condition when StorageClassValid was first reported", t)
+			Expect(is).NotTo(BeNil(), "no %s condition at the end", t)
+			Expect(is.Status).To(Equal(was.Status), "%s changed status: the window was not one of an unchanged condition", t)
+			Expect(is.LastTransitionTime.Time).To(BeTemporally("==", was.LastTransitionTime.Time),
+				"%s stayed %s over %d passes, yet its lastTransitionTime moved", t, is.Status, passes)
+		}
 		By("an unchanged verdict is not sent again: the guard writes StorageClassValid once, not once a pass")
 		var guard []string
 		for _, w := range c.Writes(suite.WriteFilter{Kind: "Shard", Name: spec.Names().Shard}) {
@@ -238,8 +245,6 @@ func latePoolerRoleSpec() {
 	}).WithTimeout(healthyTimeout).Should(Succeed(), "the late pooler's role never landed in podRoles")
 	Expect(podReady(c, newPod)).To(BeTrue())
 	AddReportEntry("late pooler's role landed after Release in", time.Since(released).Round(time.Millisecond).String())
-	Expect(movedTransitionTimes(c, "Pod", newPod, string(multigres.PodConditionPoolerDataReady))).To(BeEmpty(),
-		"the late pod's PoolerDataReady went through its reasons")
 
 	By("each poll of the unconverged shard kept to its backoff: the time unconverged, clamped, plus at most the jitter")
 	// The shard cannot have been unconverged for longer than the case has existed, so that bounds each delay
@@ -263,26 +268,6 @@ func latePoolerRoleSpec() {
 	}
 }
 
-// movedTransitionTimes returns a line for each change of kind/name in which the lastTransitionTime of one of the
-// condition types moved while its status did not: the API's conventions keep that time for a transition of
-// the status, and a user reads it as "in this state since".
-func movedTransitionTimes(c *suite.Case, kind, name string, types ...string) []string {
-	var out []string
-	for _, ch := range c.Changes(suite.ChangeFilter{Kind: kind, Name: name}) {
-		changed := map[string]suite.FieldChange{}
-		for _, f := range ch.Fields {
-			changed[f.Path] = f
-		}
-		for _, t := range types {
-			ltt, moved := changed["status.conditions[type="+t+"].lastTransitionTime"]
-			if _, transitioned := changed["status.conditions[type="+t+"].status"]; moved && !transitioned && ltt.Old != "<absent>" {
-				out = append(out, fmt.Sprintf("%s %s rv %s: %s lastTransitionTime %s -> %s, status unchanged", kind, name, ch.ResourceVersion, t, ltt.Old, ltt.New))
-			}
-		}
-	}
-	return out
-}
-
 // storageClassValid returns the StorageClassValid condition's message of the case's shard ("" when absent).
 func storageClassValid(c *suite.Case, name string) string {
 	sh := &mgv1.Shard{}
@@ -299,8 +284,9 @@ func storageClassValid(c *suite.Case, name string) string {
 
 // storageClassMessages creates spec's cluster (whose StorageClasses are missing), waits until its shard
 // reports StorageClassValid, then for 40 more shard passes collects every message the condition took. It
-// returns the distinct messages (sorted) and the number of passes observed.
-func storageClassMessages(c *suite.Case, spec fixtures.MultigresSpec) ([]string, int) {
+// returns the distinct messages (sorted), the number of passes observed and the shard as read when the
+// condition was first seen.
+func storageClassMessages(c *suite.Case, spec fixtures.MultigresSpec) ([]string, int, *mgv1.Shard) {
 	GinkgoHelper()
 	cluster, err := fixtures.Multigres(spec)
 	Expect(err).NotTo(HaveOccurred())
@@ -308,6 +294,7 @@ func storageClassMessages(c *suite.Case, spec fixtures.MultigresSpec) ([]string,
 	name := spec.Names().Shard
 	Eventually(func() string { return storageClassValid(c, name) }).WithTimeout(healthyTimeout).
 		ShouldNot(BeEmpty(), "the shard never reported its missing StorageClasses")
+	first := shardOf(c, name)
 	const passes = 40
 	start := time.Now()
 	msgs := sets.New(storageClassValid(c, name))
@@ -321,5 +308,5 @@ func storageClassMessages(c *suite.Case, spec fixtures.MultigresSpec) ([]string,
 			}
 		}
 	}
-	return sets.List(msgs), passes
+	return sets.List(msgs), passes, first
 }
