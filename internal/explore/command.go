@@ -129,7 +129,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.budget, "budget", "40", "how many enumerated points run: a number, or a duration such as 20m")
 	fs.IntVar(&c.batch, "batch", defaultBatch, "runs of points of one spec in one test process, one after another (1: a process each)")
 	fs.DurationVar(&c.lag, "lag", defaultLag, "how long the lagged stale points hold their object from the writer's manager (0: none)")
-	fs.Var(&c.until, "until", "stop taking points once a point fails with a failure or first difference this `regexp` matches (. for any failure; the points under way finish), and say which point it was, how many points it took and when; given more than once, once each regexp has matched a failing point")
+	fs.Var(&c.until, "until", "stop taking points once a point fails with a failure (the spec's own or an oracle's) or first difference this `regexp` matches (. for any failure; the points under way finish), and say which point it was, how many points it took and when; given more than once, once each regexp has matched a failing point")
 	fs.StringVar(&c.shard, "shard", "", "run the i-th of n parts of the points, as i/n (a matrix job each; -merge joins them)")
 	fs.StringVar(&c.from, "from", "", "take the unperturbed runs (baseline-1, baseline-2) of this earlier run's -report-dir instead of running them, so shards enumerate the same points (-budget 0 makes one)")
 	fs.StringVar(&c.merge, "merge", "", "join these shards' explore.json files (separated by spaces) into one table and explore.json under -report-dir, running nothing")
@@ -256,7 +256,7 @@ func (u *untilFlags) Set(s string) error {
 }
 
 // Found is what one -until regexp came to: the first row, in the rows' order, whose point failed with a
-// failure or first difference it matches (see matches).
+// failure (any of its failures) or first difference it matches (see matches).
 type Found struct {
 	Until string
 	// Point is that row's point, "" when no failing row matched; Tried is its place among the rows, from 1
@@ -267,9 +267,9 @@ type Found struct {
 	Elapsed Duration `json:",omitempty"`
 }
 
-// matches says row failed with a failure or first difference re matches.
+// matches says row failed with a failure, first difference or other failure re matches.
 func matches(re *regexp.Regexp, row Row) bool {
-	return row.Verdict == Fail && re.MatchString(row.Failure+"\n"+row.Difference)
+	return row.Verdict == Fail && re.MatchString(strings.Join(append([]string{row.Failure, row.Difference}, row.Others...), "\n"))
 }
 
 // found is what each of until came to over rows (in their order).

@@ -609,6 +609,9 @@ type Outcome struct {
 	// Difference is the first field the differential oracle names ("Kind/name path: want -> got"), else
 	// Failure.
 	Difference string `json:",omitempty"`
+	// Others are the first lines of the run's other failures, the spec's own and its oracles', each once:
+	// a spec that failed its own assertion and then an oracle in its cleanup has both.
+	Others []string `json:",omitempty"`
 	// Fired names where the point fired, as the record says.
 	Fired []string `json:",omitempty"`
 	// Timeline is the timeline.html the harness wrote for the failing spec, as its log names it.
@@ -708,6 +711,11 @@ func judge(spec string, records []perturb.Record, reports []types.Report, report
 	}
 	if o.Failure != "" {
 		o.Difference = difference(append(itFails, recordFails...), o.Failure)
+		for _, t := range append(itFails, recordFails...) {
+			if l := firstLine(t); l != "" && l != o.Failure && !slices.Contains(o.Others, l) {
+				o.Others = append(o.Others, l)
+			}
+		}
 	}
 	return o
 }

@@ -290,7 +290,8 @@ func TestJudge(t *testing.T) {
 			Failures: []string{"oracle differential: the end state differs from the unperturbed run's in 2 fields:"}}},
 			failedWith("suite: hot loop: none\n"+differential, "suite: failure dump of ns written to /a/dump; timeline /a/b/timeline.html, trace-event JSON (Perfetto) /a/b/timeline.trace.json\n"), nil,
 			Outcome{Verdict: Fail, Failure: "oracle differential: the end state differs from the unperturbed run's in 2 fields:",
-				Difference: "Shard/s status.phase: Healthy -> Degraded", Fired: fired, Timeline: "/a/b/timeline.html"}},
+				Difference: "Shard/s status.phase: Healthy -> Degraded", Fired: fired, Timeline: "/a/b/timeline.html",
+				Others: []string{"suite: hot loop: none"}}},
 		{"the differential's line alone when the report lacks it", []perturb.Record{{Spec: name, Fired: fired, Failed: true,
 			Failures: []string{"oracle differential: Shard/s status.phase: Healthy -> Degraded"}}}, passed, nil,
 			Outcome{Verdict: Fail, Failure: "oracle differential: Shard/s status.phase: Healthy -> Degraded",
@@ -301,7 +302,18 @@ func TestJudge(t *testing.T) {
 		{"an oracle of the cleanup: the record's first", []perturb.Record{{Spec: name, Fired: fired, Failed: true,
 			Failures: []string{"oracle hot loop: op/shard made 40 passes", "deletion hygiene: 1 object"}}},
 			failedWith("oracle hot loop: op/shard made 40 passes\nmore", ""), nil,
-			Outcome{Verdict: Fail, Failure: "oracle hot loop: op/shard made 40 passes", Difference: "oracle hot loop: op/shard made 40 passes", Fired: fired}},
+			Outcome{Verdict: Fail, Failure: "oracle hot loop: op/shard made 40 passes", Difference: "oracle hot loop: op/shard made 40 passes", Fired: fired,
+				Others: []string{"deletion hygiene: 1 object"}}},
+		{"the spec's own failure before an oracle's: both", []perturb.Record{{Spec: name, Fired: fired, Failed: true,
+			Failures: []string{"oracle differential: the end state differs from the unperturbed run's in 1 fields:"}}},
+			[]types.Report{{SpecReports: []types.SpecReport{func() types.SpecReport {
+				sr := spec("shard", "heals", types.SpecStateFailed, "the Nodes of the two Machines scaled away\nExpected 3 to be 2", "")
+				sr.AdditionalFailures = []types.AdditionalFailure{{State: types.SpecStateFailed, Failure: types.Failure{Message: differential}}}
+				return sr
+			}()}}}, nil,
+			Outcome{Verdict: Fail, Failure: "oracle differential: the end state differs from the unperturbed run's in 1 fields:",
+				Difference: "Shard/s status.phase: Healthy -> Degraded", Fired: fired,
+				Others: []string{"the Nodes of the two Machines scaled away", "oracle differential: the end state differs from the unperturbed run's in 2 fields:"}}},
 		{"never fired", []perturb.Record{{Spec: name}}, passed, nil, Outcome{Verdict: NotReached}},
 		{"never fired and failed", []perturb.Record{{Spec: name, Failed: true}}, failedWith("boom", ""), nil,
 			Outcome{Verdict: NotReached, Failure: "boom", Difference: "boom"}},
@@ -641,5 +653,21 @@ func TestBatchesThatEndEarlyHandOutEveryPointOnce(t *testing.T) {
 	}
 	if len(b.x.Rows) != 6 {
 		t.Errorf("%d rows, want 6, one a point", len(b.x.Rows))
+	}
+}
+
+// TestUntilMatchesEveryFailureOfAPoint checks that -until finds a point by any of its failures, not only the one
+// its row shows first: a spec's own assertion that an oracle's cleanup failure follows.
+func TestUntilMatchesEveryFailureOfAPoint(t *testing.T) {
+	rows := []Row{
+		{Point: "stale@a#1", Outcome: Outcome{Verdict: Fail, Failure: "oracle hot loop: a made 40 passes"}},
+		{Point: "stale@b#5", Outcome: Outcome{Verdict: Fail, Failure: "oracle differential: the end state differs in 1 fields:",
+			Difference: "Cluster/c status.replicas: 1 -> 2", Others: []string{"the Nodes of the two Machines scaled away"}}},
+		{Point: "stale@c#2", Outcome: Outcome{Verdict: Pass, Others: []string{"Nodes of the two"}}},
+	}
+	got := found([]*regexp.Regexp{regexp.MustCompile("Nodes of the two Machines"), regexp.MustCompile("status.replicas"), regexp.MustCompile("nothing")}, rows)
+	want := []Found{{Until: "Nodes of the two Machines", Point: "stale@b#5", Tried: 2}, {Until: "status.replicas", Point: "stale@b#5", Tried: 2}, {Until: "nothing"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("found = %+v, want %+v", got, want)
 	}
 }

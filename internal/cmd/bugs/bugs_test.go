@@ -159,7 +159,8 @@ func TestLineWith(t *testing.T) {
 
 // fakeEnsemble plays bin/ensemble's explore: it appends its arguments to $FAKE/calls and writes explore.json.
 // A sweep (no -points) has four rows, the second failing with "MachineSets at once", the third otherwise,
-// the fourth with "Node: 3 objects named anew", each row's verdict 10 s after the previous one, and says
+// the fourth with the differential oracle's line first and "Node: 3 objects named anew" among its other
+// failures (a spec's own assertion that an oracle's cleanup failure follows), each row's verdict 10 s after the previous one, and says
 // what each -until came to as explore does; -points passes each point given.
 const fakeEnsemble = `#!/usr/bin/env bash
 set -eu
@@ -182,12 +183,13 @@ if [[ -n "$points" ]]; then
 fi
 points=(stale@op/a#1 stale@op/b#1 stale@op/c#1 stale@op/d#1)
 verdicts=(pass fail fail fail)
-failures=("" "invariant: 2 MachineSets at once" "oracle convergence: still busy" "oracle differential: Node: 3 objects named anew")
+failures=("" "invariant: 2 MachineSets at once" "oracle convergence: still busy" "oracle differential: the end state differs in 2 fields:")
+others=("" "" "" "Node: 3 objects named anew")
 found=
 for u in "${until[@]}"; do
   f="{}"
   for i in 0 1 2 3; do
-    if [[ ${verdicts[i]} == fail && ${failures[i]} =~ $u ]]; then
+    if [[ ${verdicts[i]} == fail && ( ${failures[i]} =~ $u || ${others[i]} =~ $u ) ]]; then
       f="{\"Point\":\"${points[i]}\",\"Tried\":$((i + 1)),\"Elapsed\":\"$((10 * (i + 1)))s\"}"
       break
     fi
@@ -196,7 +198,7 @@ for u in "${until[@]}"; do
 done
 rows=
 for i in 0 1 2 3; do
-  rows="$rows${rows:+,}{\"Point\":\"${points[i]}\",\"Verdict\":\"${verdicts[i]}\",\"Failure\":\"${failures[i]}\"}"
+  rows="$rows${rows:+,}{\"Point\":\"${points[i]}\",\"Verdict\":\"${verdicts[i]}\",\"Failure\":\"${failures[i]}\",\"Others\":[${others[i]:+\"${others[i]}\"}]}"
 done
 echo "{\"Rows\":[$rows],\"Until\":[$found]}" >"$dir/explore.json"
 `
@@ -260,6 +262,9 @@ func TestEntriesThatShareASweepRunItOnce(t *testing.T) {
 	// another finding of op#1.
 	if o := res.Rows[0].Others; len(o) != 1 || o[0] != "stale@op/c#1: oracle convergence: still busy" {
 		t.Errorf("op#1's other findings: %q, want the third point's only", o)
+	}
+	if f := res.Rows[2].Failure; f != "Node: 3 objects named anew" {
+		t.Errorf("op#3's row shows %q, want the failure its expect matched", f)
 	}
 	if !strings.Contains(out.String(), "op#1, op#3: op at v1.0.0") {
 		t.Errorf("the output does not name the sweep's entries:\n%s", out.String())

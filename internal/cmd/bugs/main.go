@@ -11,7 +11,7 @@
 //
 //  1. At the buggy version: with explore, bin/ensemble explore over the spec with the entries' modes and
 //     budget, with an -until per entry (its Expect), so the sweep stops once every entry's Expect has matched
-//     a failing point's failure or first difference, or at its budget; each entry's row takes from
+//     a failing point's failures or first difference, or at its budget; each entry's row takes from
 //     explore.json its own point, points tried and time to find. Without explore, the example's spec alone
 //     (go test), whose failure must match an entry's Expect to find it. Points that failed as no entry of the
 //     group expects are findings of their own: the rows name them (Others), and they count as finding no bug.
@@ -291,11 +291,11 @@ func runGroup(ctx context.Context, c config, g []Entry, dir string, out io.Write
 				r := x.Rows[f.Tried-1]
 				// The row shows the line that matches the entry's expect, not the first difference beside it.
 				row.Found, row.Tried, row.Point, row.TimeToFind = true, f.Tried, f.Point, f.Elapsed
-				row.Failure = lineWith(r.Failure+"\n"+r.Difference, expects[i])
+				row.Failure = lineWith(r.text(), expects[i])
 			}
 			// A failing point that no entry of the group expects is a finding of its own.
 			for _, r := range x.Rows {
-				if r.Verdict == "fail" && !slices.ContainsFunc(expects, func(re *regexp.Regexp) bool { return re.MatchString(r.Failure + "\n" + r.Difference) }) {
+				if r.Verdict == "fail" && !slices.ContainsFunc(expects, func(re *regexp.Regexp) bool { return re.MatchString(r.text()) }) {
 					row.Others = append(row.Others, r.Point+": "+firstNonEmpty(r.Difference, r.Failure))
 				}
 			}
@@ -378,6 +378,12 @@ func fixedVersions(g []Entry, rows []Row) []string {
 // exploreRow is what bugs reads of a row of explore.json.
 type exploreRow struct {
 	Point, Verdict, Failure, Difference string
+	Others                              []string
+}
+
+// text is every failure line the row holds, one a line: its failure, first difference and other failures.
+func (r exploreRow) text() string {
+	return strings.Join(append([]string{r.Failure, r.Difference}, r.Others...), "\n")
 }
 
 // exploreFound is what bugs reads of one -until's finding in explore.json: the point ("" when none
