@@ -8,6 +8,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -160,6 +161,10 @@ var _ = Describe("multigres", Label("multigres"), func() {
 
 	It("a pool scaled 2 -> 3 while pooler registrations are held: the late pooler's role lands in podRoles", latePoolerRoleSpec)
 
+	It("a pool whose StorageClass is missing starts no pod and its shard is Degraded; once the class exists the shard comes up Healthy", missingPoolClassSpec)
+
+	It("a shard left unconverged past the lower clamp of its backoff asks for longer polls (takes the clamp plus its jitter, 6 s by default: the backoff only grows after it)", backoffGrowthSpec)
+
 	It("pins MG-CONDITION-MAP-ORDER: the StorageClassValid message over a window with two missing classes", Label("pin"), func() {
 		c := s.NewCase(GinkgoT())
 		c.OptOut(suite.HotLoop, "MG-CONDITION-MAP-ORDER is live: the StorageClassValid message flaps, each flap a write the next pass answers")
@@ -206,6 +211,76 @@ var _ = Describe("multigres", Label("multigres"), func() {
 	})
 })
 
+// missingPoolClassSpec creates a cluster whose pool names a StorageClass that does not exist yet, checks that
+// the shard reports it and starts no pool pod over several passes, then creates the class and waits for the
+// shard to come up Healthy.
+func missingPoolClassSpec() {
+	c := s.NewCase(GinkgoT())
+	class := c.Namespace + "-pool"
+	spec := fixtures.MultigresSpec{Pools: map[string]fixtures.Pool{"main": {ReplicasPerCell: 1, StorageClass: class}}}
+	names := spec.Names()
+	cluster, err := fixtures.Multigres(spec)
+	Expect(err).NotTo(HaveOccurred())
+	allowElectionOrder(c, suite.Objects{Kind: "Shard", Name: names.Shard})
+	Expect(c.Create(cluster)).To(Succeed())
+	Eventually(func() string { return storageClassValid(c, names.Shard) }).WithTimeout(healthyTimeout).
+		Should(ContainSubstring(class), "the shard never reported its missing pool StorageClass")
+
+	By("the shard starts no pool pod while its class is missing, pass after pass")
+	since := time.Now()
+	Eventually(func() int {
+		return len(c.Passes(suite.PassFilter{Name: names.Shard, Controller: multigres.ShardControllerName, Since: since}))
+	}).WithTimeout(healthyTimeout).Should(BeNumerically(">=", 3), "the shard was not reconciled again")
+	Expect(ownedPoolPods(Default, c, names.Shard)).To(BeEmpty(), "pool pods started on a StorageClass that does not exist")
+	Expect(shardOf(c, names.Shard).Status.Phase).To(Equal(mgv1.PhaseDegraded))
+
+	By("creating the class: the shard comes up")
+	Expect(c.Create(&storagev1.StorageClass{ObjectMeta: metav1.ObjectMeta{Name: class}, Provisioner: "ensemble.test/none"})).To(Succeed())
+	Eventually(func(g Gomega) {
+		sh := &mgv1.Shard{}
+		g.Expect(c.Get(names.Shard, sh)).To(Succeed())
+		g.Expect(sh.Status.Phase).To(Equal(mgv1.PhaseHealthy), "shard: %s", sh.Status.Message)
+	}).WithTimeout(healthyTimeout).Should(Succeed(), "the shard never came up once its StorageClass existed")
+	Expect(ownedPoolPods(Default, c, names.Shard)).To(Equal(spec.PoolPods("main", 1)))
+}
+
+// backoffGrowthSpec holds a scaled shard's new pooler unregistered until the shard, unconverged all along, has
+// asked for a poll later than the lower clamp plus its jitter allows, then releases it.
+func backoffGrowthSpec() {
+	c := s.NewCase(GinkgoT())
+	spec := fixtures.MultigresSpec{}
+	bringUpHealthy(c, spec)
+	names := spec.Names()
+	lo, hi, jitter := mgOptions.UnconvergedRequeueMin, mgOptions.UnconvergedRequeueMax, mgOptions.UnconvergedJitter
+	floor := time.Duration(float64(lo) * (1 + max(jitter, 0)))
+	if hi <= floor {
+		Skip(fmt.Sprintf("the backoff's upper clamp %v leaves no room above the lower clamp and jitter %v", hi, floor))
+	}
+
+	topology.Hold(c.Namespace)
+	DeferCleanup(topology.Release, c.Namespace)
+	scaled := time.Now()
+	setPoolReplicas(c, names.Cluster, "main", 3)
+	By("holding the new pooler until the shard asks for a poll past the lower clamp")
+	Eventually(func() time.Duration {
+		var longest time.Duration
+		for _, p := range c.Passes(suite.PassFilter{Name: names.Shard, Controller: multigres.ShardControllerName, Since: scaled}) {
+			if p.Err == nil {
+				longest = max(longest, p.Asked)
+			}
+		}
+		return longest
+	}).WithTimeout(3*floor).Should(BeNumerically(">", floor),
+		"a shard unconverged for %v never asked for a poll later than the lower clamp %v plus its jitter", 3*floor, lo)
+
+	topology.Release(c.Namespace)
+	Eventually(func(g Gomega) {
+		sh := &mgv1.Shard{}
+		g.Expect(c.Get(names.Shard, sh)).To(Succeed())
+		g.Expect(sh.Status.Phase).To(Equal(mgv1.PhaseHealthy), "shard: %s", sh.Status.Message)
+	}).WithTimeout(healthyTimeout).Should(Succeed(), "the shard never came up after the release")
+}
+
 // latePoolerRoleSpec scales a Healthy shard's pool from 2 to 3 pods while pooler registrations are held,
 // and checks that once they are released the late pooler's role lands in podRoles and the shard is Healthy.
 func latePoolerRoleSpec() {
@@ -247,6 +322,13 @@ func latePoolerRoleSpec() {
 	}).WithTimeout(healthyTimeout).Should(Succeed(), "the late pooler's role never landed in podRoles")
 	Expect(podReady(c, newPod)).To(BeTrue())
 	AddReportEntry("late pooler's role landed after Release in", time.Since(released).Round(time.Millisecond).String())
+	By("the late pod's PoolerDataReady turned True after the release, and its lastTransitionTime says so")
+	// The condition was False since before the 1 s quiet window; timestamps are whole seconds.
+	cond, ok := podCondition(c, newPod, multigres.PodConditionPoolerDataReady)
+	Expect(ok).To(BeTrue(), "pod %s has no %s condition", newPod, multigres.PodConditionPoolerDataReady)
+	Expect(cond.LastTransitionTime.Time).NotTo(BeTemporally("<", released.Truncate(time.Second)),
+		"pod %s's %s turned %s after the release at %s, yet its lastTransitionTime is %s", newPod,
+		multigres.PodConditionPoolerDataReady, cond.Status, released.Format(time.TimeOnly), cond.LastTransitionTime.Format(time.TimeOnly))
 
 	By("each poll of the unconverged shard kept to its backoff: the time unconverged, clamped, plus at most the jitter")
 	// The shard cannot have been unconverged for longer than the case has existed, so that bounds each delay

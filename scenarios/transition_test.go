@@ -265,6 +265,18 @@ func defaultCluster() (*mgv1.MultigresCluster, fixtures.MultigresNames) {
 	return cluster, spec.Names()
 }
 
+// twoTableGroups returns the fixtures' default cluster with a second table group "tg2" in its database (a copy
+// of the first, one shard), its names (of the first table group's tree) and the second table group.
+func twoTableGroups() (*mgv1.MultigresCluster, fixtures.MultigresNames, mgv1.TableGroupTemplate) {
+	GinkgoHelper()
+	cluster, names := defaultCluster()
+	db := &cluster.Spec.Databases[0]
+	second := *db.TableGroups[0].DeepCopy()
+	second.Name = "tg2"
+	db.TableGroups = append(db.TableGroups, second)
+	return cluster, names, second
+}
+
 // shardRoundTripSpec runs A = one table group of shards 0 and 1, B = shard 0 only. A -> B permits the cluster's
 // and the table group's spec edits and shard 1's retirement (its annotation, its pods drained and deleted, then
 // itself), B -> A the edits and shard 1's tree created anew; shard 0 and its pods may not change either way.
@@ -298,11 +310,8 @@ func shardRoundTripSpec() {
 // shard and their pods may not change either way.
 func tableGroupRoundTripSpec() {
 	c := s.NewCase(GinkgoT())
-	cluster, names := defaultCluster()
+	cluster, names, second := twoTableGroups()
 	db := &cluster.Spec.Databases[0]
-	second := *db.TableGroups[0].DeepCopy()
-	second.Name = "tg2"
-	db.TableGroups = append(db.TableGroups, second)
 	b := cluster.DeepCopy().Spec.Databases[0].TableGroups[:1]
 	retiredTree := tableGroupTree(cluster.Name, db.Name, second)
 	retiredTG, retiredShard := retiredTree.name, retiredTree.children[0].name
