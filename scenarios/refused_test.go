@@ -17,7 +17,8 @@ import (
 // must then end the pass with that error, so that the user's reconcile-error metric and log show it and
 // controller-runtime retries at once; a pass that carries on as if the write had been made hides the fault and
 // waits for some later event or requeue to repair it. Each spec refuses chosen writes of the multigres manager
-// once (Internal points) and requires that every refused write failed its pass and the cluster still converged.
+// once (Internal points), no two in one pass, and requires that every refused write failed its pass and the
+// cluster still converged.
 
 // refuse makes the API server answer with 500 the n-th write of the multigres controller to object
 // ("Kind/name") counted from now.
@@ -88,7 +89,7 @@ var _ = Describe("multigres refused writes", Label("multigres"), func() {
 		expectRefusalsReported(c, 4)
 	})
 
-	It("a refused write of a table group's retirement fails its pass, and the table group and its shard still go", func() {
+	It("a refused write of a table group's retirement fails its pass, and the table group and its shard still go (about 4 s: the retirement drains the shard's pods a step a pass, and two settles wait 500 ms of quiet)", func() {
 		c := s.NewCase(GinkgoT())
 		cluster, names, second := twoTableGroups()
 		db := &cluster.Spec.Databases[0]
@@ -98,11 +99,12 @@ var _ = Describe("multigres refused writes", Label("multigres"), func() {
 		Expect(c.Create(cluster)).To(Succeed())
 		settleShards(c, names.Cluster, []string{names.Shard, shard2})
 
-		By("removing tg2 with the first write of each step of its handshake refused")
+		By("removing tg2 with a write of each step of its handshake refused")
+		// The status writes refused are each writer's second, so that no refusal shares a pass with another's.
 		refuse(c, multigres.ClusterControllerName, "TableGroup/"+tg2, 1)                                   // its pending-deletion mark
 		refuse(c, multigres.TableGroupControllerName, "Shard/"+shard2, 1)                                  // its shard's mark
-		refuse(c, multigres.TableGroupControllerName, "TableGroup/"+tg2, 1)                                // its status (ReadyForDeletion)
-		refuse(c, multigres.ShardControllerName, "Shard/"+shard2, 1)                                       // the shard's status while draining
+		refuse(c, multigres.TableGroupControllerName, "TableGroup/"+tg2, 2)                                // its status (ReadyForDeletion)
+		refuse(c, multigres.ShardControllerName, "Shard/"+shard2, 2)                                       // the shard's status while draining
 		refuse(c, multigres.ShardControllerName, "Pod/"+multigres.PoolPodName(shard2, "main", "z1", 0), 1) // a drain step
 		setTableGroups(c, names.Cluster, db.TableGroups[:1])
 		settleShards(c, names.Cluster, []string{names.Shard})
