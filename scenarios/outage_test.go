@@ -6,10 +6,12 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"github.com/ensembletest/ensemble/fixtures"
 	"github.com/ensembletest/ensemble/operators/multigres"
 	mgv1 "github.com/ensembletest/ensemble/operators/multigres/api/v1alpha1"
+	"github.com/ensembletest/ensemble/operators/multigres/topo"
 	"github.com/ensembletest/ensemble/suite"
 )
 
@@ -88,5 +90,44 @@ var _ = Describe("multigres topology outage", Label("multigres"), func() {
 		Eventually(func(g Gomega) { namespaceEmptyOf(g, c) }).WithTimeout(healthyTimeout).Should(Succeed(),
 			"deleting a cluster must not wait on topology")
 		Expect(failedPasses(c)).To(BeEmpty(), "deleting a cluster makes no pass fail")
+	})
+
+	It("a pool scaled down while topology is down, its pod deleted by hand meanwhile: once topology is back the gone pod's pooler is shut down and no pass fails", func() {
+		c := s.NewCase(GinkgoT())
+		spec := fixtures.MultigresSpec{}
+		bringUpHealthy(c, spec)
+		names := spec.Names()
+		gone := spec.PoolPods("main", 2)[1]
+
+		takeTopologyDown(c)
+		setPoolReplicas(c, names.Cluster, "main", 1)
+		By("waiting until the shard asked the pod to drain: the drain cannot go on while topology is down")
+		Eventually(func(g Gomega) {
+			p := &corev1.Pod{}
+			g.Expect(c.Get(gone, p)).To(Succeed())
+			g.Expect(p.Annotations).To(HaveKeyWithValue(multigres.AnnotationDrainState, multigres.DrainRequested))
+		}).WithTimeout(10 * time.Second).Should(Succeed())
+		p := &corev1.Pod{}
+		Expect(c.Get(gone, p)).To(Succeed())
+		Expect(c.Delete(p)).To(Succeed())
+		Eventually(func() bool { return apierrors.IsNotFound(c.Get(gone, &corev1.Pod{})) }).WithTimeout(10*time.Second).
+			Should(BeTrue(), "pod %s was never deleted", gone)
+
+		By("bringing topology back: the pooler of the pod that went without its drain must not go on serving")
+		topology.Unavailable(c.Namespace, false)
+		Eventually(func(g Gomega) {
+			var lifecycle string
+			for _, pl := range topology.Snapshot(c.Namespace) {
+				if pl.Hostname == gone {
+					lifecycle = pl.Lifecycle
+				}
+			}
+			g.Expect(lifecycle).To(Equal(topo.LifecycleShutdown), "pooler of %s", gone)
+			sh := &mgv1.Shard{}
+			g.Expect(c.Get(names.Shard, sh)).To(Succeed())
+			g.Expect(sh.Status.ObservedGeneration).To(Equal(sh.Generation))
+			g.Expect(sh.Status.Phase).To(Equal(mgv1.PhaseHealthy), "shard: %s", sh.Status.Message)
+		}).WithTimeout(10*time.Second).Should(Succeed(), "topology still offers the gone pod's pooler")
+		Expect(failedPasses(c)).To(BeEmpty(), "shutting down a gone pod's pooler made a pass fail")
 	})
 })

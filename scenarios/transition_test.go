@@ -265,6 +265,18 @@ func defaultCluster() (*mgv1.MultigresCluster, fixtures.MultigresNames) {
 	return cluster, spec.Names()
 }
 
+// twoShards returns the fixtures' default cluster with a second shard "1" in its table group (a copy of the
+// first), its names (of the first shard's tree) and the second shard.
+func twoShards() (*mgv1.MultigresCluster, fixtures.MultigresNames, mgv1.ShardTemplate) {
+	GinkgoHelper()
+	cluster, names := defaultCluster()
+	tg := &cluster.Spec.Databases[0].TableGroups[0]
+	second := *tg.Shards[0].DeepCopy()
+	second.Name = "1"
+	tg.Shards = append(tg.Shards, second)
+	return cluster, names, second
+}
+
 // twoTableGroups returns the fixtures' default cluster with a second table group "tg2" in its database (a copy
 // of the first, one shard), its names (of the first table group's tree) and the second table group.
 func twoTableGroups() (*mgv1.MultigresCluster, fixtures.MultigresNames, mgv1.TableGroupTemplate) {
@@ -282,11 +294,8 @@ func twoTableGroups() (*mgv1.MultigresCluster, fixtures.MultigresNames, mgv1.Tab
 // itself), B -> A the edits and shard 1's tree created anew; shard 0 and its pods may not change either way.
 func shardRoundTripSpec() {
 	c := s.NewCase(GinkgoT())
-	cluster, names := defaultCluster()
+	cluster, names, second := twoShards()
 	tg := &cluster.Spec.Databases[0].TableGroups[0]
-	second := *tg.Shards[0].DeepCopy()
-	second.Name = "1"
-	tg.Shards = append(tg.Shards, second)
 	b := cluster.DeepCopy().Spec.Databases[0].TableGroups
 	b[0].Shards = b[0].Shards[:1]
 	retiredTree := shardTree(names.TableGroup, second)

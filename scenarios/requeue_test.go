@@ -1,0 +1,59 @@
+package scenarios
+
+import (
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+
+	"github.com/ensembletest/ensemble/operators/multigres"
+	mgv1 "github.com/ensembletest/ensemble/operators/multigres/api/v1alpha1"
+	"github.com/ensembletest/ensemble/suite"
+)
+
+// Requeues of a retirement: a shard draining a pod polls again after DrainRequeue, sooner than its
+// unconverged backoff, and a table group retiring a shard polls again after PendingDeletionRequeue
+// (docs/architecture.md §6), so neither waits on a watch event alone. Requeue compression shortens the waits
+// in the suite; Pass.Asked keeps what each pass asked for.
+
+// askedWithin counts the passes of controller over name since since that ended without an error and asked to
+// be polled again after more than 0 and at most d.
+func askedWithin(c *suite.Case, name, controller string, since time.Time, d time.Duration) int {
+	n := 0
+	for _, p := range c.Passes(suite.PassFilter{Name: name, Controller: controller, Since: since}) {
+		if p.Err == nil && !p.End.IsZero() && p.Asked > 0 && p.Asked <= d {
+			n++
+		}
+	}
+	return n
+}
+
+var _ = Describe("multigres retirement requeues", Label("multigres"), func() {
+	It("a shard draining a pod asks to be polled after the drain requeue, and a table group retiring a shard after the pending-deletion requeue", func() {
+		c := s.NewCase(GinkgoT())
+		cluster, names, second := twoShards()
+		retired := multigres.ShardName(names.TableGroup, second.Name)
+		allowElectionOrder(c, suite.Objects{Kind: "Shard"})
+		Expect(c.Create(cluster)).To(Succeed())
+		settleShards(c, names.Cluster, []string{names.Shard, retired})
+
+		By("scaling shard 0's pool 2 -> 1 and removing shard 1 in one edit")
+		since := time.Now()
+		mc := &mgv1.MultigresCluster{}
+		Expect(c.Update(names.Cluster, mc, func() {
+			shards := &mc.Spec.Databases[0].TableGroups[0].Shards
+			*shards = (*shards)[:1]
+			p := (*shards)[0].Pools["main"]
+			p.ReplicasPerCell = 1
+			(*shards)[0].Pools["main"] = p
+		})).To(Succeed())
+		settleShards(c, names.Cluster, []string{names.Shard})
+
+		Expect(askedWithin(c, names.Shard, multigres.ShardControllerName, since, mgOptions.DrainRequeue)).To(BeNumerically(">", 0),
+			"no pass of shard %s asked to be polled within the drain requeue %v while its pod drained", names.Shard, mgOptions.DrainRequeue)
+		Expect(askedWithin(c, names.TableGroup, multigres.TableGroupControllerName, since, mgOptions.PendingDeletionRequeue)).To(BeNumerically(">", 0),
+			"no pass of table group %s asked to be polled within the pending-deletion requeue %v while shard %s retired",
+			names.TableGroup, mgOptions.PendingDeletionRequeue, retired)
+		Expect(failedPasses(c)).To(BeEmpty())
+	})
+})
