@@ -29,7 +29,7 @@ func askedWithin(c *suite.Case, name, controller string, since time.Time, d time
 }
 
 var _ = Describe("multigres retirement requeues", Label("multigres"), func() {
-	It("a shard draining a pod asks to be polled after the drain requeue, and a table group retiring a shard after the pending-deletion requeue", func() {
+	It("a shard draining a pod, or retiring with its pods, asks to be polled after the drain requeue, and a table group retiring a shard after the pending-deletion requeue", func() {
 		c := s.NewCase(GinkgoT())
 		cluster, names, second := twoShards()
 		retired := multigres.ShardName(names.TableGroup, second.Name)
@@ -54,6 +54,28 @@ var _ = Describe("multigres retirement requeues", Label("multigres"), func() {
 		Expect(askedWithin(c, names.TableGroup, multigres.TableGroupControllerName, since, mgOptions.PendingDeletionRequeue)).To(BeNumerically(">", 0),
 			"no pass of table group %s asked to be polled within the pending-deletion requeue %v while shard %s retired",
 			names.TableGroup, mgOptions.PendingDeletionRequeue, retired)
+		By("the retired shard asked for the drain requeue while its pods drained")
+		var firstGone time.Time
+		pods := []string{multigres.MultiorchPodName(retired, "z1")}
+		for i := range 2 {
+			pods = append(pods, multigres.PoolPodName(retired, "main", "z1", i))
+		}
+		for _, pod := range pods {
+			for _, ch := range c.Changes(suite.ChangeFilter{Kind: "Pod", Name: pod, Type: suite.Deleted, Since: since}) {
+				if firstGone.IsZero() || ch.Time.Before(firstGone) {
+					firstGone = ch.Time
+				}
+			}
+		}
+		Expect(firstGone.IsZero()).To(BeFalse(), "no pod of shard %s was seen deleted", retired)
+		draining := 0
+		for _, p := range c.Passes(suite.PassFilter{Name: retired, Controller: multigres.ShardControllerName, Since: since}) {
+			if p.Start.Before(firstGone) && p.Err == nil && !p.End.IsZero() && p.Asked > 0 && p.Asked <= mgOptions.DrainRequeue {
+				draining++
+			}
+		}
+		Expect(draining).To(BeNumerically(">", 0), "no pass of shard %s asked to be polled within the drain requeue %v before its first pod was gone",
+			retired, mgOptions.DrainRequeue)
 		Expect(failedPasses(c)).To(BeEmpty())
 	})
 })
