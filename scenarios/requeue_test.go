@@ -29,7 +29,7 @@ func askedWithin(c *suite.Case, name, controller string, since time.Time, d time
 }
 
 var _ = Describe("multigres retirement requeues", Label("multigres"), func() {
-	It("a shard draining a pod, or retiring with its pods, asks to be polled after the drain requeue, and a table group retiring a shard after the pending-deletion requeue", func() {
+	It("a shard draining a pod, or retiring with its pods, asks to be polled after the drain requeue, and a table group retiring a shard after the pending-deletion requeue (about 3.5 s: two shards come up, then one drains a pod while the other retires)", func() {
 		c := s.NewCase(GinkgoT())
 		cluster, names, second := twoShards()
 		retired := multigres.ShardName(names.TableGroup, second.Name)
