@@ -1,11 +1,14 @@
 package scenarios
 
 import (
+	"fmt"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	"k8s.io/apimachinery/pkg/api/meta"
 
+	"github.com/ensembletest/ensemble/fixtures"
 	"github.com/ensembletest/ensemble/operators/multigres"
 	mgv1 "github.com/ensembletest/ensemble/operators/multigres/api/v1alpha1"
 	"github.com/ensembletest/ensemble/suite"
@@ -76,6 +79,48 @@ var _ = Describe("multigres retirement requeues", Label("multigres"), func() {
 		}
 		Expect(draining).To(BeNumerically(">", 0), "no pass of shard %s asked to be polled within the drain requeue %v before its first pod was gone",
 			retired, mgOptions.DrainRequeue)
+		Expect(failedPasses(c)).To(BeEmpty())
+	})
+
+	It("a shard pending deletion with no pod reports ReadyForDeletion while topology is down, then waits for its parent to delete it without asking to be polled", func() {
+		c := s.NewCase(GinkgoT())
+		topology.Unavailable(c.Namespace, true)
+		DeferCleanup(topology.Unavailable, c.Namespace, false)
+		// A Shard as its table group applies it, marked pending deletion as the table group marks one it no
+		// longer wants, and no table group to delete it: the parent that marked it has not acted yet.
+		cluster, err := fixtures.Multigres(fixtures.MultigresSpec{})
+		Expect(err).NotTo(HaveOccurred())
+		sh := multigres.DesiredShards(multigres.DesiredTableGroups(cluster)[0])[0]
+		sh.OwnerReferences = nil
+		sh.Annotations = map[string]string{multigres.AnnotationPendingDeletion: "true"}
+		Expect(c.Create(sh)).To(Succeed())
+
+		By("with no pod to drain the shard needs no topology: it reports ReadyForDeletion during the outage")
+		Eventually(func(g Gomega) {
+			got := &mgv1.Shard{}
+			g.Expect(c.Get(sh.Name, got)).To(Succeed())
+			g.Expect(meta.IsStatusConditionTrue(got.Status.Conditions, mgv1.ConditionReadyForDeletion)).To(BeTrue(),
+				"conditions: %+v", got.Status.Conditions)
+		}).WithTimeout(healthyTimeout).Should(Succeed(), "shard %s, pending deletion with no pod, never reported ReadyForDeletion while topology was down", sh.Name)
+
+		By("nothing is left to drain: no pass asks to be polled, the parent's deletion is what comes next")
+		// The pass that wrote ReadyForDeletion also added the finalizer; each write wakes one more pass.
+		Eventually(func() int {
+			n := 0
+			for _, p := range c.Passes(suite.PassFilter{Name: sh.Name, Controller: multigres.ShardControllerName}) {
+				if !p.End.IsZero() {
+					n++
+				}
+			}
+			return n
+		}).WithTimeout(healthyTimeout).Should(BeNumerically(">=", 2), "the writes of shard %s's first pass woke no other pass", sh.Name)
+		var polls []string
+		for _, p := range c.Passes(suite.PassFilter{Name: sh.Name, Controller: multigres.ShardControllerName}) {
+			if !p.End.IsZero() && p.Asked > 0 {
+				polls = append(polls, fmt.Sprintf("pass #%d asked %v", p.N, p.Asked))
+			}
+		}
+		Expect(polls).To(BeEmpty(), "shard %s, pending deletion with no pod left, asked to be polled while it waits for its parent", sh.Name)
 		Expect(failedPasses(c)).To(BeEmpty())
 	})
 })
