@@ -2,6 +2,8 @@ package suite
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -112,15 +114,26 @@ func (s *Suite) dump(ns, spec string, since time.Time) (string, string, error) {
 // leaves no dump.
 func (c *Case) ArtifactsDir() string { return c.s.caseArtifacts(c.Namespace, c.t.Name()) }
 
-// caseArtifacts is the directory of a case's artifacts: Options.ArtifactsDir/<spec>-<namespace>.
+// caseArtifacts is the directory of a case's artifacts: Options.ArtifactsDir/<spec>-<namespace>. A spec
+// whose name would make the directory's name longer than a file system takes (maxDirName bytes) is cut
+// there and ends with the first 8 hex digits of its whole name's SHA-256, so two long specs that share a
+// beginning still get directories of their own.
 func (s *Suite) caseArtifacts(ns, spec string) string {
 	name := strings.Trim(nonDNS.ReplaceAllString(strings.ToLower(spec), "-"), "-")
 	if name == "" {
 		// A case made outside a test (a suite-level case such as a sentinel's) is named by its namespace.
 		return filepath.Join(s.artifactsDir, ns)
 	}
+	if room := maxDirName - len(ns) - 1; len(name) > room {
+		sum := sha256.Sum256([]byte(name))
+		name = strings.TrimRight(name[:room-9], "-") + "-" + hex.EncodeToString(sum[:4])
+	}
 	return filepath.Join(s.artifactsDir, name+"-"+ns)
 }
+
+// maxDirName is the longest name of a case's artifacts directory, in bytes: 255 is NAME_MAX on Linux and
+// macOS file systems.
+const maxDirName = 255
 
 func countRejected(ws []Write) int {
 	n := 0

@@ -433,6 +433,29 @@ func TestCaseArtifactsNamesACaseWithoutATest(t *testing.T) {
 	}
 }
 
+// TestCaseArtifactsFitsALongSpecInOneName: a spec's name past what a file system takes gives a directory
+// name of at most 255 bytes, which can be made, and two long specs that differ only past the cut get two.
+func TestCaseArtifactsFitsALongSpecInOneName(t *testing.T) {
+	root := t.TempDir()
+	s := &Suite{artifactsDir: root}
+	long := "scenarios " + strings.Repeat("a shard retiring with its pods asks to be polled, ", 8)
+	a, b := s.caseArtifacts("e-1f", long+"one"), s.caseArtifacts("e-1f", long+"two")
+	if a == b {
+		t.Fatalf("two specs that differ past the cut share the directory %q", a)
+	}
+	for _, dir := range []string{a, b} {
+		if n := len(filepath.Base(dir)); n > 255 {
+			t.Errorf("directory name of %d bytes, want at most 255: %q", n, filepath.Base(dir))
+		}
+		if !strings.HasSuffix(dir, "-e-1f") || !strings.HasPrefix(filepath.Base(dir), "scenarios-a-shard-retiring") {
+			t.Errorf("directory %q does not begin with the spec and end with its namespace", dir)
+		}
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Errorf("the directory cannot be made: %v", err)
+		}
+	}
+}
+
 // TestStopManagersCancelsAllThenWaitsOnce: Stop cancels every manager (last started first) before it waits
 // for any, then waits for all against one deadline and names each manager that did not stop by then. The
 // managers are bare instances (a cancel func and a done channel), so no control plane is needed.
