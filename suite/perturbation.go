@@ -49,6 +49,9 @@ type armed struct {
 	in     perturb.Point
 	n      int
 	primed bool
+	// places numbers the writer's objects of the point's kind when its Object is "Kind/*k"
+	// (perturb.Point.PlaceOf).
+	places perturb.Places
 }
 
 // changeTrigger is a point with a change trigger. The watches of its writer's manager count the changes of
@@ -86,11 +89,19 @@ type firing struct {
 	ended   chan struct{}
 }
 
-// fired is what perturbBefore tells the write: the error of a fault point that refuses it, or a restart to
-// carry out once the write is done.
+// fired is what perturbBefore tells the write: the error of a fault point that refuses it, a restart to
+// carry out once the write is done, and the places the write took as a new object without a name (a create
+// with generateName), which its answer names.
 type fired struct {
 	err     error
 	restart *perturb.Point
+	unnamed []unnamed
+}
+
+// unnamed is the place a write without a name took among the objects a's point numbers (perturb.Places).
+type unnamed struct {
+	a     *armed
+	place int
 }
 
 // Perturb sets point p on the case from now on: its writer's writes in the case's namespace are counted from
@@ -287,7 +298,11 @@ func (s *Suite) perturbBefore(w *Write, gr schema.GroupResource) fired {
 			}
 			continue
 		}
-		if !a.in.Counts(writer, w.Kind, w.Name) {
+		place := a.in.PlaceOf(&a.places, writer, string(w.Verb), w.Kind, w.Name)
+		if place > 0 && w.Name == "" {
+			out.unnamed = append(out.unnamed, unnamed{a, place})
+		}
+		if !a.in.Counts(writer, w.Kind, w.Name, place) {
 			continue
 		}
 		if a.n++; !a.p.Fires(a.n) {
@@ -311,14 +326,28 @@ func (s *Suite) perturbBefore(w *Write, gr schema.GroupResource) fired {
 }
 
 // perturbAfter carries out the restart a point asked for once the write it fired on is done (a refused
-// write restarts nothing: the process would have crashed after a write that did not happen).
+// write restarts nothing: the process would have crashed after a write that did not happen), and gives the
+// places a create without a name took the name its answer carries, so the object's later writes count at
+// that place.
 func (s *Suite) perturbAfter(w Write, f fired) {
+	if f.restart == nil && len(f.unnamed) == 0 {
+		return
+	}
+	pl := s.planFor(w.scope, false)
+	if pl == nil {
+		return
+	}
+	if len(f.unnamed) > 0 && w.Err == nil && w.Name != "" {
+		pl.mu.Lock()
+		for _, u := range f.unnamed {
+			u.a.places.Name(w.Kind, w.Name, u.place)
+		}
+		pl.mu.Unlock()
+	}
 	if f.restart == nil || w.Err != nil {
 		return
 	}
-	if pl := s.planFor(w.scope, false); pl != nil {
-		s.restart(pl, w.Manager, *f.restart)
-	}
+	s.restart(pl, w.Manager, *f.restart)
 }
 
 // restart fences manager (its later writes are refused, naming p) and stops and starts it again from its

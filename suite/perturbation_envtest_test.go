@@ -64,6 +64,29 @@ func testPerturbation(t *testing.T, s *Suite) {
 			t.Fatalf("the injected error does not name its point: %v", ws[0].Err)
 		}
 	})
+	t.Run("a point on an object by its place", func(t *testing.T) {
+		// The marker's second ConfigMap, whatever its name: the point counts the writes on it alone.
+		c := s.NewCase(t)
+		const point = "conflict@op/configmap:ConfigMap/*2#1"
+		p, err := perturb.Parse(point)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Perturb(p)
+		createSeen(t, c, "one")
+		createSeen(t, c, "two")
+		ws := c.Writes(WriteFilter{Manager: "op", Controller: "configmap", IncludeRejected: true})
+		var refused []string
+		for _, w := range ws {
+			if w.Point != "" {
+				refused = append(refused, w.Name)
+			}
+		}
+		i := slices.IndexFunc(ws, func(w Write) bool { return w.Name == "two" })
+		if len(refused) != 1 || i < 0 || ws[i].Point != point || !apierrors.IsConflict(ws[i].Err) {
+			t.Fatalf("writes %v: want the marker's first write on its second ConfigMap, two, refused by the point, and no other", ws)
+		}
+	})
 	t.Run("restart after the first write", func(t *testing.T) {
 		c := s.NewCase(t)
 		s.mu.Lock()

@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
+
+	"github.com/ensembletest/ensemble/suite/perturb"
 )
 
 // Verb is the kind of a recorded write.
@@ -23,7 +25,7 @@ type Verb string
 // object to the apiVersion the API server asked for (Write.Conversion says which): part of a read, a list or
 // a watch, it changes nothing, so quiescence, the oracles and perturbation points leave it out.
 const (
-	VerbCreate      Verb = "create"
+	VerbCreate      Verb = perturb.VerbCreate
 	VerbUpdate      Verb = "update"
 	VerbPatch       Verb = "patch"
 	VerbApply       Verb = "apply"

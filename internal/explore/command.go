@@ -20,8 +20,9 @@
 //     for the modes among -modes that act on a manager's view (restart, stale, coalesce), the change points:
 //     for each object whose changes both baselines saw and each manager that wrote in the spec, each k up to
 //     the changes that manager's watch could deliver (perturb.Record.Seen), the point mode@manager:Kind/name^k.
-//     A write on an object named anew each run gets the point mode@writer#k instead, k counting all the
-//     writer's writes, where both baselines' k-th write of that writer was on such an object of one kind.
+//     An object named anew each run gets the points mode@writer:Kind/*j#k instead, the writer's j-th object
+//     of that kind (in the order of its first write to each), where in both baselines the writer's j-th
+//     object of the kind was named anew, k up to the smaller count of writes on it.
 //     Each stale point comes twice: held until the namespace is quiet, and held for -lag (stale...+15s), an
 //     informer lagging behind the API server for longer than operators commonly wait for their own cache.
 //     The budget takes them in an order that spreads them over specs, writers, modes and objects before it
@@ -497,7 +498,7 @@ func choosePoints(p plan, records, second []perturb.Record, x *Exploration, out 
 			fmt.Fprintf(out, "no point for %s: the point form cannot name it (a create by generateName has no name yet)\n", u)
 		}
 		if len(e.Unstable) > 0 {
-			fmt.Fprintf(out, "no point by name for %s on objects baseline-2 did not write (named anew each run, as by generateName; a write of one gets a point by its writer's count where both runs agree): %s\n",
+			fmt.Fprintf(out, "no point by name for %s on objects baseline-2 did not write (named anew each run, as by generateName; one gets points by its place among its writer's objects of its kind, Kind/*k, where both runs have one there): %s\n",
 				textout.Count(len(e.Unstable), "pair", "pairs"), strings.Join(e.Unstable, "; "))
 		}
 		smp = newSampler(e.Points)

@@ -1,7 +1,6 @@
 package explore
 
 import (
-	"cmp"
 	"fmt"
 	"io"
 	"regexp"
@@ -101,12 +100,6 @@ type SpecPoint struct {
 	Writes int
 	// Index is the point's place among all the points the run takes (all its shards'), from 0.
 	Index int
-	// Renamed is, for a point on the k-th write of its writer (no Object) that the enumeration made for an
-	// object named anew each run, that object as baseline-1 named it, and Nth which of the writer's writes on
-	// it the point's k is (from 1): the sampler takes such a point as it takes one on a named object, the
-	// object's creation first.
-	Renamed string `json:",omitempty"`
-	Nth     int    `json:",omitempty"`
 }
 
 // trigger is p's count: its n-th write or its n-th change (0 for the other triggers).
@@ -127,8 +120,8 @@ type Enumeration struct {
 	Unparsable []string
 	// Unstable are the pairs on an object the second unperturbed run did not write (its name differs from
 	// run to run, as generateName's do), as "spec: writer on object"; a point naming it could not fire in
-	// another run, so they get none. Such a write gets a point by its writer's count instead (see
-	// renamedPoints) where both runs agree on it.
+	// another run, so they get none. Such an object gets points by its place among its writer's objects of
+	// its kind instead ("Kind/*k", see renamedPoints) where both runs have an object named anew there.
 	Unstable []string
 	// NoWrites are the specs whose records hold no write by an operator or fake: nothing to perturb.
 	NoWrites []string
@@ -227,12 +220,15 @@ func (e *Enumeration) addLagged(lag time.Duration) {
 }
 
 // renamedPoints adds spec's points on the writes of objects named anew each run (an operator's random
-// suffix, as cluster-api's MachineSets and Kueue's Workloads have), which no point can name: a point that
-// counts all of its writer's writes in the namespace (no Object) fires at the k-th, when in both unperturbed
-// runs (the first record of the spec in each) the writer's k-th write was on an object of the same kind that
-// the other run never wrote. Writers as in enumerate, then each such object in the order of its first write,
-// the modes, systems and k; each point carries the object (Renamed) and which of the writer's writes on it
-// it is (Nth), which the sampler orders by as it does a named pair's.
+// suffix, as cluster-api's MachineSets and Machines and Kueue's Workloads have), which no point can name: a
+// point names such an object by its place, "Kind/*k", the writer's k-th object of that kind in the order
+// of its first write to each, as the harness numbers them (perturb.Places), and counts the writes on it, so
+// it fires on the same object's same write in every run however the writer's other writes interleave. An
+// object gets points where in both unperturbed runs (the first record of the spec in each) the writer's
+// k-th object of the kind was one the other run never wrote (an object both runs wrote gets points by its
+// name), k up to the smaller of the two runs' counts of the writer's writes on it. Writers as in
+// enumerate, then each writer's objects in the order of its first write, then the modes, systems and k.
+// Events get none: a record of what happened, named anew each time, which no controller reads back.
 func (e *Enumeration) renamedPoints(spec string, records, second []perturb.Record, writers []string, modes []perturb.Mode, externals []string) {
 	first, again := firstRecord(records, spec), firstRecord(second, spec)
 	if first == nil || again == nil {
@@ -240,45 +236,65 @@ func (e *Enumeration) renamedPoints(spec string, records, second []perturb.Recor
 	}
 	ownA, ownB := objectsOf(first), objectsOf(again)
 	for _, w := range writers {
-		a, b := writesOf(first, w), writesOf(again, w)
-		n := min(len(a), len(b))
-		type write struct{ k, nth int }
-		var objects []string
-		byObject := map[string][]write{}
-		for k := 1; k <= n; k++ {
-			oa, ob := a[k-1], b[k-1]
-			// An Event is a record of what happened, named anew each time, and no controller reads it back:
-			// perturbing its write tells nothing about the operator.
-			if oa == "" || ob == "" || kindOfObject(oa) != kindOfObject(ob) || ownB[oa] || ownA[ob] || kindOfObject(oa) == "Event" {
+		a, b := placesOf(first, w), placesOf(again, w)
+		for _, oa := range a {
+			kind := kindOfObject(oa.object)
+			i := slices.IndexFunc(b, func(ob placed) bool { return kindOfObject(ob.object) == kind && ob.place == oa.place })
+			if i < 0 || kind == "Event" || oa.object == kind+"/" || b[i].object == kind+"/" || ownB[oa.object] || ownA[b[i].object] {
 				continue
 			}
-			if _, ok := byObject[oa]; !ok {
-				objects = append(objects, oa)
+			n := min(oa.n, b[i].n)
+			obj := kind + "/*" + strconv.Itoa(oa.place)
+			probe := perturb.Point{Mode: perturb.Conflict, Writer: w, Object: obj, Trigger: perturb.Nth(1)}
+			if _, err := perturb.Parse(probe.String()); err != nil {
+				e.Unparsable = append(e.Unparsable, fmt.Sprintf("%s: %s on %s", spec, w, obj))
+				continue
 			}
-			// nth counts the writer's writes on oa, whether or not both runs agree on each.
-			nth := 0
-			for _, o := range a[:k] {
-				if o == oa {
-					nth++
-				}
-			}
-			byObject[oa] = append(byObject[oa], write{k, nth})
-		}
-		for _, obj := range objects {
 			for _, m := range modes {
 				for _, sys := range systems(m, externals) {
-					for _, wr := range byObject[obj] {
-						pt := perturb.Point{Mode: m, System: sys, Writer: w, Trigger: perturb.Nth(wr.k)}
+					for k := 1; k <= n; k++ {
+						pt := perturb.Point{Mode: m, System: sys, Writer: w, Object: obj, Trigger: perturb.Nth(k)}
 						if m == perturb.Slow {
 							pt.Latency = slowLatency
 						}
-						e.Points = append(e.Points, SpecPoint{Spec: spec, Point: pt, Writes: byObject[obj][len(byObject[obj])-1].nth,
-							Renamed: obj, Nth: wr.nth})
+						e.Points = append(e.Points, SpecPoint{Spec: spec, Point: pt, Writes: n})
 					}
 				}
 			}
 		}
 	}
+}
+
+// placed is one object a writer wrote, its place among the writer's objects of its kind (from 1), and how
+// many of the writer's writes were on it.
+type placed struct {
+	object string
+	place  int
+	n      int
+}
+
+// placesOf lists the objects of the writes in r that a point whose Writer is writer counts (its own, and
+// its controllers' when it names a manager: perturb.Point.Names), in the order of the first write to each,
+// each with its place as perturb.Point.PlaceOf numbers it for that point; a create with no name ("Kind/", a
+// refused create with generateName) is an object of its own, another write with no name on none.
+func placesOf(r *perturb.Record, writer string) []placed {
+	var places perturb.Places
+	var out []placed
+	for _, w := range r.Writes {
+		kind, name, _ := strings.Cut(w.Object, "/")
+		// A point on kind's objects by place numbers this write as one whose Object is kind/*1 does.
+		place := perturb.Point{Writer: writer, Object: kind + "/*1", Trigger: perturb.Nth(1)}.PlaceOf(&places, w.Writer, w.Verb, kind, name)
+		if place == 0 {
+			continue
+		}
+		i := slices.IndexFunc(out, func(p placed) bool { return kindOfObject(p.object) == kind && p.place == place })
+		if i < 0 {
+			out = append(out, placed{object: w.Object, place: place})
+			i = len(out) - 1
+		}
+		out[i].n++
+	}
+	return out
 }
 
 // firstRecord is the first of records whose spec is spec; nil when none is.
@@ -296,18 +312,6 @@ func objectsOf(r *perturb.Record) map[string]bool {
 	out := map[string]bool{}
 	for _, w := range r.Writes {
 		out[w.Object] = true
-	}
-	return out
-}
-
-// writesOf lists the objects of writer's writes in r, in order, as a point on writer alone counts them
-// ("" for a write that names no object).
-func writesOf(r *perturb.Record, writer string) []string {
-	var out []string
-	for _, w := range r.Writes {
-		if w.Writer == writer {
-			out = append(out, w.Object)
-		}
 	}
 	return out
 }
@@ -501,7 +505,7 @@ func newSampler(points []SpecPoint) *sampler {
 			sp.Spec + "\x00" + p.Writer,
 			sp.Spec + "\x00" + p.Writer + "\x00" + modeKey(p),
 			sp.Spec + "\x00\x00" + modeKey(p),
-			sp.Spec + "\x00" + p.Writer + "\x00\x00" + cmp.Or(sp.Renamed, p.Object),
+			sp.Spec + "\x00" + p.Writer + "\x00\x00" + p.Object,
 		}
 		for l, name := range names {
 			id, ok := ids[l][name]
@@ -513,9 +517,6 @@ func newSampler(points []SpecPoint) *sampler {
 			s.keys[i][l] = id
 		}
 		k := trigger(p)
-		if sp.Renamed != "" {
-			k = sp.Nth
-		}
 		n := max(sp.Writes, k)
 		if prefs[n] == nil {
 			prefs[n] = preference(n)

@@ -142,21 +142,88 @@ func TestEnumerate(t *testing.T) {
 
 func TestEnumerateOnlyObjectsBothRunsWrote(t *testing.T) {
 	first := []perturb.Record{{Spec: "s", Writes: writes("op/c Pod/p-x7k2q", "op/c Pod/p-x7k2q", "op/c Svc/head", "op/c Event/p.18ee8f0b68", "op/c Svc/head", "op/c Pod/")}}
+	first[0].Writes[5].Verb = "create" // a create with generateName, refused: no name
 	second := []perturb.Record{{Spec: "s", Writes: writes("op/c Pod/p-9wd4t", "op/c Svc/head", "op/c Svc/head", "op/c Event/p.18ee8f0a48")}}
 	e := enumerate(first, second, []perturb.Mode{perturb.Conflict})
 	// The service's k goes up to the writes both runs made; the generated pod gets no point by name, but
-	// both runs' first write of op/c was on a pod named anew, so the writer's first write gets one (its
-	// second write was on the pod in one run and the service in the other: none).
-	if got, want := strs(e.Points), []string{"s | conflict@op/c:Svc/head#1", "s | conflict@op/c:Svc/head#2", "s | conflict@op/c#1"}; !reflect.DeepEqual(got, want) {
+	// both runs' first pod of op/c was one named anew, so it gets points by its place, k up to the smaller
+	// count of writes on it (one); the unnamed create is a second pod the other run did not make.
+	if got, want := strs(e.Points), []string{"s | conflict@op/c:Svc/head#1", "s | conflict@op/c:Svc/head#2", "s | conflict@op/c:Pod/*1#1"}; !reflect.DeepEqual(got, want) {
 		t.Errorf("points = %q, want %q", got, want)
 	}
-	if r := e.Points[2]; r.Renamed != "Pod/p-x7k2q" || r.Nth != 1 || r.Writes != 1 {
-		t.Errorf("the point on the pod named anew: Renamed %q, Nth %d, Writes %d; want Pod/p-x7k2q, 1, 1", r.Renamed, r.Nth, r.Writes)
+	if r := e.Points[2]; r.Writes != 1 {
+		t.Errorf("the point on the pod named anew: Writes %d, want 1", r.Writes)
 	}
 	// Both runs' fourth write was an Event named anew: records, which get no point.
 	if !reflect.DeepEqual(e.Unstable, []string{"s: op/c on Pod/p-x7k2q", "s: op/c on Event/p.18ee8f0b68"}) || !reflect.DeepEqual(e.Unparsable, []string{"s: op/c on Pod/"}) {
 		t.Errorf("Unstable = %q, Unparsable = %q", e.Unstable, e.Unparsable)
 	}
+}
+
+// An object named anew each run gets points by its place among its writer's objects of its kind, which fire
+// on the same object's same write in both unperturbed runs however the writer's other writes interleave
+// there (cluster-api's MachineSet controller writes its status between its Machine creates in one run and
+// not in the other). A count of the writer's writes (#k) fired on another object in each run.
+func TestRenamedObjectsArePointedAtByTheirPlace(t *testing.T) {
+	first := []perturb.Record{{Spec: "s", Writes: writes(
+		"capi/machineset MachineSet/w-x1", "capi/machineset Machine/w-x1-aaaa", "capi/machineset MachineSet/w-x1",
+		"capi/machine Machine/w-x1-aaaa", "capi/machineset Machine/w-x1-bbbb", "capi/machineset Machine/w-x1-cccc",
+		"capi/machineset MachineSet/w-x1", "capi/machineset Machine/w-x1-bbbb", "capi/machineset Event/w-x1.18ee8f0b68")}}
+	second := []perturb.Record{{Spec: "s", Writes: writes(
+		"capi/machineset Machine/w-y2-dddd", "capi/machineset MachineSet/w-y2", "capi/machineset Event/w-y2.18ee8f0a48",
+		"capi/machineset MachineSet/w-y2", "capi/machineset Machine/w-y2-eeee", "capi/machineset MachineSet/w-y2",
+		"capi/machineset Machine/w-y2-ffff", "capi/machineset Machine/w-y2-eeee")}}
+	e := enumerate(first, second, []perturb.Mode{perturb.Stale})
+	want := []string{
+		"s | stale@capi/machineset:MachineSet/*1#1", "s | stale@capi/machineset:MachineSet/*1#2", "s | stale@capi/machineset:MachineSet/*1#3",
+		"s | stale@capi/machineset:Machine/*1#1",
+		"s | stale@capi/machineset:Machine/*2#1", "s | stale@capi/machineset:Machine/*2#2",
+		"s | stale@capi/machineset:Machine/*3#1",
+		// capi/machine's write on the first Machine is its first Machine in one run; it wrote none in the other.
+	}
+	if got := strs(e.Points); !reflect.DeepEqual(got, want) {
+		t.Errorf("points =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// Replayed on each run's writes, as the harness counts them, every point fires once, on the same
+	// object's same write in both runs.
+	same := map[string]string{"MachineSet/w-x1": "MachineSet/w-y2", "Machine/w-x1-aaaa": "Machine/w-y2-dddd",
+		"Machine/w-x1-bbbb": "Machine/w-y2-eeee", "Machine/w-x1-cccc": "Machine/w-y2-ffff"}
+	for _, sp := range e.Points {
+		p, err := perturb.Parse(sp.Point.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, b := replay(p, first[0]), replay(p, second[0])
+		if len(a) != 1 || len(b) != 1 {
+			t.Errorf("%s fired on %q in the first run and %q in the second, want once in each", p, a, b)
+			continue
+		}
+		obj, nth, _ := strings.Cut(a[0], " ")
+		if b[0] != same[obj]+" "+nth {
+			t.Errorf("%s fired on %s in the first run and %s in the second", p, a[0], b[0])
+		}
+	}
+}
+
+// replay counts r's writes as the harness counts them for p (perturb.Point.PlaceOf, Counts, Fires) and
+// returns the writes p fires on, each as "Kind/name n" (the writer's n-th write on the object).
+func replay(p perturb.Point, r perturb.Record) []string {
+	var places perturb.Places
+	var out []string
+	counted, on := 0, map[string]int{}
+	for _, w := range r.Writes {
+		kind, name, _ := strings.Cut(w.Object, "/")
+		if p.Names(w.Writer) {
+			on[w.Object]++
+		}
+		if !p.Counts(w.Writer, kind, name, p.PlaceOf(&places, w.Writer, w.Verb, kind, name)) {
+			continue
+		}
+		if counted++; p.Fires(counted) {
+			out = append(out, fmt.Sprintf("%s %d", w.Object, on[w.Object]))
+		}
+	}
+	return out
 }
 
 func TestAddLaggedCopiesStalePointsOnly(t *testing.T) {

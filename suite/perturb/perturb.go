@@ -79,6 +79,11 @@ type Point struct {
 	// A change trigger names the object whose changes it counts here (required). Its name may write the
 	// case's namespace as CaseNamespace ("Node/<namespace>-cp-0"), as a Record names the case's objects, so
 	// that a point made from one run's record names the same object in another run, whose namespace differs.
+	// An object named anew each run (a random suffix) is named by its place instead, "Kind/*k": the k-th
+	// object of that kind Writer wrote in the case, in the order of its first write to each (see Places and
+	// Place); a write trigger then counts the writes on that object, so it fires on the same write of the
+	// same object in every run however the writer's other writes interleave. Kubernetes names cannot hold
+	// '*', so no real name reads as a place. A change trigger needs a name.
 	Object string
 	// Trigger is the one count the point fires on: Nth(n), Every(n), Rate(r) or Change(n).
 	Trigger Trigger
@@ -187,13 +192,98 @@ func (p Point) In(ns string) Point {
 }
 
 // Counts reports whether a write by writer ("manager/controller", or the manager alone outside a pass) on
-// kind/name is one the point counts: a write trigger's, by Writer on Object. A change trigger counts no
-// write: Object's changes are counted in Writer's manager's watch (see Refuses for its fault modes).
-func (p Point) Counts(writer, kind, name string) bool {
+// kind/name is one the point counts: a write trigger's, by Writer on Object. place is the object's place
+// among Writer's objects of kind, as PlaceOf numbered it for this write; only a point whose Object is
+// "Kind/*k" reads it, and counts the write when place is k. A change trigger counts no write: Object's
+// changes are counted in Writer's manager's watch (see Refuses for its fault modes).
+func (p Point) Counts(writer, kind, name string, place int) bool {
 	if p.Trigger.OnChange() || !p.Names(writer) {
 		return false
 	}
+	if k, n, ok := p.Place(); ok {
+		return kind == k && place == n
+	}
 	return p.Object == "" || p.Object == kind+"/"+name
+}
+
+// placeSign starts the name of an Object named by its place ("Machine/*2"), a character no Kubernetes name
+// holds.
+const placeSign = "*"
+
+// Place reports whether Object names an object by its place among Writer's objects of its kind ("Kind/*k",
+// see Object), and returns the kind and k (from 1). A name with placeSign that is not followed by a
+// positive number is no place (Validate refuses it).
+func (p Point) Place() (kind string, k int, ok bool) {
+	kind, name, _ := strings.Cut(p.Object, "/")
+	digits, isPlace := strings.CutPrefix(name, placeSign)
+	if !isPlace {
+		return "", 0, false
+	}
+	k, err := strconv.Atoi(digits)
+	if err != nil || k <= 0 || strconv.Itoa(k) != digits {
+		return "", 0, false
+	}
+	return kind, k, true
+}
+
+// PlaceOf numbers a write by writer on kind/name in places, the numbering of one case's writes for this
+// point, and returns the object's place (from 1): for a write trigger whose Object is "Kind/*k", on a write
+// of that kind by a writer the point Names. verb is the write's ("create", "update", ... as a RecordWrite
+// writes it): a write without a name is a new object when it is a create (generateName), and on no one
+// object otherwise (a delete of all of a kind's objects). Any other write or point numbers nothing and gets
+// 0. Call it on every write in order, then Counts with its result.
+func (p Point) PlaceOf(places *Places, writer, verb, kind, name string) int {
+	k, _, ok := p.Place()
+	if !ok || kind != k || p.Trigger.OnChange() || !p.Names(writer) || name == "" && verb != VerbCreate {
+		return 0
+	}
+	return places.Of(kind, name)
+}
+
+// VerbCreate is a create's verb as a RecordWrite and the harness write it, which PlaceOf reads.
+const VerbCreate = "create"
+
+// Places numbers, by kind, the objects one writer wrote, in the order of its first write to each: the
+// places a point's "Kind/*k" Object names. The harness numbers a write before it is sent, so a write with
+// no name, a create with generateName whose name the API server picks, counts as a new object of its kind
+// (it is, unless it is refused); Name then gives that place the name the answer carries, so the object's
+// later writes have its place too. A Record writes the answer's name, or none for a refused create, so
+// numbering a record's writes gives the same places. The zero Places is empty and ready.
+type Places struct {
+	// byObject is the place of each named object, by "Kind/name"; last the places handed out, by kind.
+	byObject map[string]int
+	last     map[string]int
+}
+
+// Of returns kind/name's place, numbering it as the next of its kind when it has none; a name "" is always
+// a new object.
+func (pl *Places) Of(kind, name string) int {
+	if pl.byObject == nil {
+		pl.byObject, pl.last = map[string]int{}, map[string]int{}
+	}
+	if n, ok := pl.byObject[kind+"/"+name]; ok && name != "" {
+		return n
+	}
+	pl.last[kind]++
+	n := pl.last[kind]
+	if name != "" {
+		pl.byObject[kind+"/"+name] = n
+	}
+	return n
+}
+
+// Name gives the object at place of kind, numbered by Of without a name, its name (the API server's answer
+// to its create), so that Of returns place for its later writes. A name that has a place already keeps it.
+func (pl *Places) Name(kind, name string, place int) {
+	if name == "" || place <= 0 {
+		return
+	}
+	if pl.byObject == nil {
+		pl.byObject, pl.last = map[string]int{}, map[string]int{}
+	}
+	if _, ok := pl.byObject[kind+"/"+name]; !ok {
+		pl.byObject[kind+"/"+name] = place
+	}
 }
 
 // Refuses reports whether a fault point whose change trigger fired refuses a write by writer: any write of
@@ -233,12 +323,14 @@ func (p Point) Error(resource schema.GroupResource, name string) error {
 
 // String renders the point in the form Parse reads:
 //
-//	mode[(system[,latency])]@writer[:Kind/name](#n|%n|~rate|^n)[+n|+duration]
+//	mode[(system[,latency])]@writer[:Kind/name|:Kind/*k](#n|%n|~rate|^n)[+n|+duration]
 //
 // for example "conflict@multigres/multigres-shard:Shard/mg-db-tg-0#3", "restart@matrixone#5",
 // "stale@multigres/multigres-shard:Pod/mg-db-tg-0-pool-0#1+4", "slow(hakeeper,200ms)@matrixone%2" and
 // "coalesce@multigres/multigres-shard:Pod/mg-db-tg-0-pool-0^3" (from the pod's third change) and
-// "stale@capi/machinedeployment#1+15s" (the first write's object held from that manager for 15 s).
+// "stale@capi/machinedeployment#1+15s" (the first write's object held from that manager for 15 s) and
+// "stale@capi/machineset:Machine/*2#1+15s" (the first write on the second Machine that controller wrote,
+// its create, held for 15 s).
 func (p Point) String() string {
 	var b strings.Builder
 	b.WriteString(string(p.Mode))
@@ -268,7 +360,7 @@ func (p Point) String() string {
 const unwritable = "@#%~^+() \t\n;"
 
 // grammar is repeated in Parse's errors, so a typo is answered with the form to use.
-const grammar = "mode[(system[,latency])]@writer[:Kind/name](#n|%n|~rate|^n)[+n|+duration], e.g. conflict@multigres/multigres-shard#3"
+const grammar = "mode[(system[,latency])]@writer[:Kind/name|:Kind/*k](#n|%n|~rate|^n)[+n|+duration], e.g. conflict@multigres/multigres-shard#3"
 
 // Parse reads a point written as Point.String writes it, then asks Validate. Errors: a point without '@'
 // or a trigger sign, a latency or count that is not a number, and Validate's; each names the part and the
@@ -348,8 +440,8 @@ func Parse(s string) (Point, error) {
 // unknown mode, a system on a mode that takes none (or none on Down and Slow), a latency on a mode other
 // than Slow (or none on it), an empty writer or one with more than one '/', a writer or object holding a character the point's
 // string gives a meaning to (unwritable, and ':' in a writer), an object that is not
-// Kind/name, no trigger or a count that is not positive (a rate outside [1e-06, 1] or NaN), a change trigger without
-// an object, a negative For or Lag, For and Lag both set, or either on a mode that is not held.
+// Kind/name or Kind/*k (a '*' elsewhere, or not followed by a positive number), no trigger or a count that is not positive (a rate outside [1e-06, 1] or NaN), a change trigger without
+// an object or on an object named by its place, a negative For or Lag, For and Lag both set, or either on a mode that is not held.
 func (p Point) Validate() error {
 	if err := p.validateMode(); err != nil {
 		return err
@@ -360,6 +452,9 @@ func (p Point) Validate() error {
 	if p.Object != "" {
 		if k, n, ok := strings.Cut(p.Object, "/"); !ok || k == "" || n == "" || strings.Contains(n, "/") || strings.ContainsAny(p.Object, unwritable) {
 			return fmt.Errorf("object %q is not Kind/name the point's string can carry (no %q)", p.Object, unwritable)
+		}
+		if _, _, ok := p.Place(); !ok && strings.Contains(p.Object, placeSign) {
+			return fmt.Errorf("object %q is neither Kind/name (a name holds no %q) nor Kind/*k, the k-th object of that kind the writer wrote (k a positive number)", p.Object, placeSign)
 		}
 	}
 	switch t := p.Trigger; t.Kind {
@@ -372,6 +467,9 @@ func (p Point) Validate() error {
 		}
 		if t.Kind == NthChange && p.Object == "" {
 			return fmt.Errorf("a change trigger ^%d counts the changes of one object: name it, as %s:Kind/name^%d", t.N, p.Writer, t.N)
+		}
+		if _, _, place := p.Place(); t.Kind == NthChange && place {
+			return fmt.Errorf("a change trigger ^%d counts the changes of an object by its name, not by its place %s: use a write trigger (#n) on the place", t.N, p.Object)
 		}
 	case WriteRate:
 		// Written so that NaN fails too; below one in a million the hash never picks a write.

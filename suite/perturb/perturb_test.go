@@ -28,6 +28,8 @@ func TestParseReadsWhatStringWrites(t *testing.T) {
 		"stale@capi/machinedeployment#1+15s",
 		"coalesce@multigres:Shard/mg-db-tg-0^2+1m30s",
 		"stale@infra:Node/<namespace>-cp-0^1+15s",
+		"stale@capi/machineset:Machine/*2#1+15s",
+		"conflict@capi:Machine/*12%3",
 	} {
 		p, err := Parse(s)
 		if err != nil {
@@ -60,7 +62,7 @@ func TestRelativeNamesAreTheSameInEveryRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	in := p.In("e-spec-9z8y")
-	if !in.Counts("infra", "Node", "e-spec-9z8y-cp-0") || in.Counts("infra", "Node", "e-spec-1a2b-cp-0") || p.Object != "Node/<namespace>-cp-0" {
+	if !in.Counts("infra", "Node", "e-spec-9z8y-cp-0", 0) || in.Counts("infra", "Node", "e-spec-1a2b-cp-0", 0) || p.Object != "Node/<namespace>-cp-0" {
 		t.Errorf("In = %+v: want it to count the write of the case's Node only, and p unchanged", in)
 	}
 }
@@ -84,6 +86,11 @@ func TestParseNamesWhatIsWrong(t *testing.T) {
 		"stale@multigres#3+0":           "positive count",
 		"stale@multigres^2":             "counts the changes of one object: name it",
 		"stale@multigres:Pod/p^0":       "positive number",
+		"stale@m/c:Machine/*0#1":        "nor Kind/*k",
+		"stale@m/c:Machine/*x#1":        "nor Kind/*k",
+		"stale@m/c:Machine/*02#1":       "nor Kind/*k",
+		"stale@m/c:Machine/a*2#1":       "nor Kind/*k",
+		"stale@m/c:Machine/*2^1":        "not by its place",
 	} {
 		_, err := Parse(s)
 		if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "the form is") {
@@ -140,6 +147,8 @@ func TestValidateRefusesWhatParseRefuses(t *testing.T) {
 		{Point{Mode: Conflict, Writer: "m", Trigger: Trigger{Kind: NthWrite, N: 1, Rate: 0.5}}, "sets a Rate too", true},
 		{Point{Mode: Conflict, Writer: "op:v2", Trigger: Nth(1)}, "can carry", false},
 		{Point{Mode: Conflict, Writer: "m", Object: "Pod/a#b", Trigger: Nth(1)}, "can carry", false},
+		{Point{Mode: Conflict, Writer: "m", Object: "Pod/*-1", Trigger: Nth(1)}, "nor Kind/*k", false},
+		{Point{Mode: Restart, Writer: "m", Object: "Pod/*1", Trigger: Change(1)}, "not by its place", false},
 	} {
 		err := c.p.Validate()
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -177,18 +186,18 @@ func TestFiresAndCounts(t *testing.T) {
 	if hits < 250 || hits > 350 {
 		t.Errorf("~0.3 fired %d times in 1000", hits)
 	}
-	if !nth.Counts("m/c", "Shard", "a") || nth.Counts("m/cx", "Shard", "a") || nth.Counts("m", "Shard", "a") {
+	if !nth.Counts("m/c", "Shard", "a", 0) || nth.Counts("m/cx", "Shard", "a", 0) || nth.Counts("m", "Shard", "a", 0) {
 		t.Error("writer m/c counts only m/c's writes")
 	}
-	if !every.Counts("m/c", "Shard", "a") || !every.Counts("m", "Shard", "a") || every.Counts("mx/c", "Shard", "a") {
+	if !every.Counts("m/c", "Shard", "a", 0) || !every.Counts("m", "Shard", "a", 0) || every.Counts("mx/c", "Shard", "a", 0) {
 		t.Error("writer m counts every write of manager m")
 	}
 	obj := Point{Mode: Conflict, Writer: "m", Object: "Shard/a", Trigger: Nth(1)}
-	if !obj.Counts("m/c", "Shard", "a") || obj.Counts("m/c", "Shard", "b") {
+	if !obj.Counts("m/c", "Shard", "a", 0) || obj.Counts("m/c", "Shard", "b", 0) {
 		t.Error("an object narrows the counted writes to it")
 	}
 	change := Point{Mode: Conflict, Writer: "m/c", Object: "Pod/p", Trigger: Change(2)}
-	if change.Counts("m/c", "Pod", "p") {
+	if change.Counts("m/c", "Pod", "p", 0) {
 		t.Error("a change trigger counts no write")
 	}
 	if !change.Fires(2) || change.Fires(3) || !change.Refuses("m/c") || change.Refuses("m/d") || obj.Refuses("m/c") {
@@ -196,6 +205,91 @@ func TestFiresAndCounts(t *testing.T) {
 	}
 	if change.Manager() != "m" || every.Manager() != "m" {
 		t.Error("Manager is the part of Writer before the '/'")
+	}
+}
+
+// A point on an object by its place counts the writes on the writer's k-th object of the kind, in the order
+// of the writer's first write to each, however its writes on other objects interleave: two runs that wrote
+// the same objects (named anew each run) in another interleaving fire on the same object's same write.
+func TestAPlaceCountsTheSameObjectsWritesHoweverWritesInterleave(t *testing.T) {
+	p, err := Parse("stale@capi/machineset:Machine/*2#1+15s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kind, k, ok := p.Place(); kind != "Machine" || k != 2 || !ok {
+		t.Fatalf("Place() = %q, %d, %v; want Machine, 2, true", kind, k, ok)
+	}
+	type write struct{ writer, kind, name string }
+	fires := func(p Point, ws []write) []string {
+		var places Places
+		var out []string
+		n := 0
+		for _, w := range ws {
+			if p.Counts(w.writer, w.kind, w.name, p.PlaceOf(&places, w.writer, "update", w.kind, w.name)) {
+				if n++; p.Fires(n) {
+					out = append(out, w.kind+"/"+w.name)
+				}
+			}
+		}
+		return out
+	}
+	// Run a: a status write between the Machine creates; run b: the first Machine's create, another
+	// writer's Machines and status writes before the second.
+	a := []write{{"capi/machineset", "MachineSet", "ms-x"}, {"capi/machineset", "Machine", "ms-x-aaaa"},
+		{"capi/machineset", "MachineSet", "ms-x"}, {"capi/machineset", "Machine", "ms-x-bbbb"}, {"capi/machineset", "Machine", "ms-x-bbbb"}}
+	b := []write{{"capi/machineset", "Machine", "ms-y-cccc"}, {"capi/machine", "Machine", "ms-y-cccc"},
+		{"capi/machine", "Machine", "cp-0"}, {"capi/machineset", "MachineSet", "ms-y"}, {"capi/machineset", "MachineSet", "ms-y"},
+		{"capi/machineset", "Machine", "ms-y-cccc"}, {"capi/machineset", "Machine", "ms-y-dddd"}}
+	if got := fires(p, a); len(got) != 1 || got[0] != "Machine/ms-x-bbbb" {
+		t.Errorf("run a fired on %q, want the second Machine's create only", got)
+	}
+	if got := fires(p, b); len(got) != 1 || got[0] != "Machine/ms-y-dddd" {
+		t.Errorf("run b fired on %q, want the second Machine's create only", got)
+	}
+	// The writer-wide count a place replaces fires on the second Machine in run a, the first in run b.
+	nth := Point{Mode: Stale, Writer: "capi/machineset", Trigger: Nth(4)}
+	if ga, gb := fires(nth, a), fires(nth, b); len(ga) != 1 || len(gb) != 1 || ga[0] != "Machine/ms-x-bbbb" || gb[0] != "Machine/ms-y-cccc" {
+		t.Errorf("#4 fired on %q and %q", ga, gb)
+	}
+	// Another writer's objects take no place, and a change trigger numbers nothing.
+	var places Places
+	if got := p.PlaceOf(&places, "capi/machine", "update", "Machine", "m"); got != 0 {
+		t.Errorf("another writer's Machine took place %d", got)
+	}
+	if got := (Point{Mode: Stale, Writer: "capi", Object: "Machine/m", Trigger: Change(1)}).PlaceOf(&places, "capi", "update", "Machine", "m"); got != 0 {
+		t.Errorf("a point on a named object numbered place %d", got)
+	}
+	// A write without a name is a new object when it is a create (generateName), on no object otherwise.
+	if got := p.PlaceOf(&places, "capi/machineset", "deleteallof", "Machine", ""); got != 0 {
+		t.Errorf("a delete of all Machines took place %d", got)
+	}
+	if got := p.PlaceOf(&places, "capi/machineset", VerbCreate, "Machine", ""); got != 1 {
+		t.Errorf("a create without a name took place %d, want 1", got)
+	}
+}
+
+// A create with generateName has no name before the API server answers: it takes the next place, and the
+// name its answer carries keeps that place for the object's later writes.
+func TestAWriteWithoutANameIsANewObject(t *testing.T) {
+	var pl Places
+	if got := pl.Of("Pod", "a"); got != 1 {
+		t.Fatalf("first pod at %d", got)
+	}
+	unnamed := pl.Of("Pod", "")
+	refused := pl.Of("Pod", "")
+	if unnamed != 2 || refused != 3 {
+		t.Fatalf("creates without a name at %d and %d, want 2 and 3", unnamed, refused)
+	}
+	pl.Name("Pod", "p-x7k2q", unnamed)
+	if got := pl.Of("Pod", "p-x7k2q"); got != 2 {
+		t.Errorf("the named create's object at %d, want 2", got)
+	}
+	if got, other := pl.Of("Pod", "b"), pl.Of("Svc", "b"); got != 4 || other != 1 {
+		t.Errorf("next pod at %d (want 4), first Svc at %d (want 1)", got, other)
+	}
+	pl.Name("Pod", "a", 9)
+	if got := pl.Of("Pod", "a"); got != 1 {
+		t.Errorf("Name moved a named object to %d", got)
 	}
 }
 
