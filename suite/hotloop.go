@@ -2,6 +2,7 @@ package suite
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -124,9 +125,14 @@ func (h *hotLoops) observe(w Write) {
 	}
 	h.lastSeq[id] = h.nsSeq[w.scope]
 	span := hotLoopSlice * hotLoopSlices
+	// Writes arrive in the order their recording finished, which is not always their Time's: two writers of
+	// one object record concurrently, and on a loaded machine one can be half a second behind. So the
+	// writes are kept in Time order and judged against the latest of them.
 	ws := append(h.recent[id], w)
+	slices.SortStableFunc(ws, func(a, b Write) int { return a.Time.Compare(b.Time) })
+	latest := ws[len(ws)-1].Time
 	i := 0
-	for i < len(ws) && w.Time.Sub(ws[i].Time) >= span {
+	for i < len(ws) && latest.Sub(ws[i].Time) >= span {
 		i++
 	}
 	ws = ws[i:]
@@ -136,7 +142,7 @@ func (h *hotLoops) observe(w Write) {
 	}
 	var per [hotLoopSlices]int
 	for _, x := range ws {
-		per[w.Time.Sub(x.Time)/hotLoopSlice]++
+		per[latest.Sub(x.Time)/hotLoopSlice]++
 	}
 	for _, n := range per {
 		if n < hotLoopPerSlice {
@@ -147,7 +153,7 @@ func (h *hotLoops) observe(w Write) {
 	for _, x := range ws {
 		writers[x.writer()+" "+string(x.Verb)]++
 	}
-	h.tripped[id] = hotLoop{Namespace: w.Namespace, scope: w.scope, Kind: w.Kind, Name: w.Name, First: ws[0].Time, At: w.Time, N: len(ws), Writers: writers, writes: append([]Write(nil), ws...)}
+	h.tripped[id] = hotLoop{Namespace: w.Namespace, scope: w.scope, Kind: w.Kind, Name: w.Name, First: ws[0].Time, At: latest, N: len(ws), Writers: writers, writes: append([]Write(nil), ws...)}
 }
 
 // incarnation names the object incarnation w wrote: "kind/namespace/name uid". A write that names no uid

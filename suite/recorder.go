@@ -254,6 +254,10 @@ func (r *recorder) addWrite(w Write) {
 		w.scope = r.scopes.of(w.Kind, w.Namespace, w.Name)
 	}
 	r.mu.Lock()
+	// Unlocked by defer, so that a panic here (which controller-runtime turns into a reconcile error) cannot
+	// leave every later query of the recorder waiting.
+	defer r.notify.signal()
+	defer r.mu.Unlock()
 	w.Seq = int64(len(r.writeLog) + 1)
 	r.writeLog = append(r.writeLog, w)
 	if !w.quiet() && w.Time.After(r.latest[w.scope]) {
@@ -266,8 +270,6 @@ func (r *recorder) addWrite(w Write) {
 	if w.Manager != caseManager && !requeued && !w.heartbeat() && !w.answer() && !w.audited {
 		r.hot.observe(w)
 	}
-	r.mu.Unlock()
-	r.notify.signal()
 }
 
 // beginPass records the start of a pass of manager's controller for req; instance is the stop time of the
