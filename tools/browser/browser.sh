@@ -8,7 +8,8 @@
 # The lookup takes CHROME when it is set (a path, or a name looked up on PATH; one that is not an executable is
 # an error), then the names and paths that chromedp's own lookup tries on Linux (findExecPath in chromedp's
 # allocate.go), in its order; browser_test.go checks that the list below is chromedp's. The install runs
-# apt-get update and apt-get install chromium, non-interactively, through sudo when not root. When it cannot,
+# apt-get update and apt-get install chromium, non-interactively, through sudo when not root, waiting for dpkg's
+# lock when another apt-get holds it. When it cannot,
 # the script exits 1 with one line that says what to do. BROWSER_ROOT, for the script's test only, is a
 # directory put before the absolute paths of the list.
 set -euo pipefail
@@ -59,8 +60,13 @@ if [[ "$(id -u)" != 0 ]]; then
   sudo=sudo
 fi
 echo "tools/browser/browser.sh: no Chrome or Chromium found: installing Debian's chromium (apt-get install chromium)" >&2
-$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null || fail "apt-get update failed (above): $how"
-$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null ||
+# apt-get update does not wait for another apt-get that holds the package lists' lock (a runner's unattended
+# upgrades at boot, or a second make test installing at the same time); those lists are being refreshed then, so
+# its failure only warns, and the install says whether the package could be found.
+$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq >/dev/null ||
+  echo "tools/browser/browser.sh: apt-get update failed (above); installing from the package lists there are" >&2
+# The install waits up to 10 minutes for dpkg's lock held by another apt-get or dpkg.
+$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq -o DPkg::Lock::Timeout=600 chromium >/dev/null ||
   fail "apt-get install chromium failed (above): $how"
 hash -r
 lookup || fail "apt-get installed chromium, but no name chromedp looks for finds it: set CHROME to it"

@@ -120,8 +120,9 @@ func (m *machine) script(name, body string) string {
 }
 
 // fakeAptGet writes an apt-get that logs its DEBIAN_FRONTEND and arguments and, for install, writes an
-// executable chromium on PATH, or exits 100 when installs is false.
-func (m *machine) fakeAptGet(installs bool) {
+// executable chromium on PATH, or exits 100 when installs is false. Its update exits 100 with apt's message for
+// a lists lock another apt-get holds when updates is false.
+func (m *machine) fakeAptGet(installs, updates bool) {
 	m.t.Helper()
 	chmod, err := exec.LookPath("chmod")
 	if err != nil {
@@ -132,8 +133,12 @@ func (m *machine) fakeAptGet(installs bool) {
 	if !installs {
 		install = `echo "E: Unable to locate package chromium" >&2; exit 100`
 	}
+	update := "exit 0"
+	if !updates {
+		update = `echo "E: Could not get lock /var/lib/apt/lists/lock. It is held by process 2332 (apt-get)" >&2; exit 100`
+	}
 	m.script("apt-get", `echo "apt-get DEBIAN_FRONTEND=$DEBIAN_FRONTEND $*" >>`+strconv.Quote(m.log)+`
-[ "$1" = install ] || exit 0
+[ "$1" = install ] || { `+update+`; }
 `+install)
 }
 
@@ -224,7 +229,7 @@ func TestNoBrowserNoAptGet(t *testing.T) {
 func TestNoBrowserNoSudo(t *testing.T) {
 	m := newMachine(t)
 	m.script("id", "echo 1000")
-	m.fakeAptGet(true)
+	m.fakeAptGet(true, true)
 	stdout, stderr, code := m.run("")
 	oneLine(t, "no browser, not root and no sudo", stdout, stderr, code)
 	if got := m.logged(); got != nil {
@@ -236,8 +241,8 @@ func TestNoBrowserNoSudo(t *testing.T) {
 func TestInstallsChromium(t *testing.T) {
 	for _, asRoot := range []bool{true, false} {
 		m := newMachine(t)
-		m.fakeAptGet(true)
-		want := []string{"apt-get DEBIAN_FRONTEND=noninteractive update -qq", "apt-get DEBIAN_FRONTEND=noninteractive install -y -qq chromium"}
+		m.fakeAptGet(true, true)
+		want := []string{"apt-get DEBIAN_FRONTEND=noninteractive update -qq", "apt-get DEBIAN_FRONTEND=noninteractive install -y -qq -o DPkg::Lock::Timeout=600 chromium"}
 		if !asRoot {
 			m.script("id", "echo 1000")
 			m.script("sudo", `echo "sudo $1" >>`+strconv.Quote(m.log)+`; exec "$@"`)
@@ -252,10 +257,25 @@ func TestInstallsChromium(t *testing.T) {
 		}
 	}
 	m := newMachine(t)
-	m.fakeAptGet(false)
+	m.fakeAptGet(false, true)
 	stdout, stderr, code := m.run("")
 	lines := strings.Split(strings.TrimSpace(stderr), "\n")
 	if code == 0 || stdout != "" || !strings.Contains(lines[len(lines)-1], "apt-get install chromium failed") {
 		t.Errorf("a failing apt-get install: exit %d, stdout %q, stderr %q: want a non-zero exit whose last line says the install failed", code, stdout, stderr)
+	}
+}
+
+// TestInstallsWhileAnotherAptGetHoldsTheLists is the case of two make test runs installing at once on a fresh
+// machine (or a runner's unattended upgrades at boot): the second apt-get update finds the package lists locked,
+// and the install still goes ahead, waiting for dpkg's lock.
+func TestInstallsWhileAnotherAptGetHoldsTheLists(t *testing.T) {
+	m := newMachine(t)
+	m.fakeAptGet(true, false)
+	stdout, stderr, code := m.run("")
+	if code != 0 || stdout != m.path("chromium")+"\n" {
+		t.Errorf("exit %d, stdout %q, stderr %q: want the installed %s", code, stdout, stderr, m.path("chromium"))
+	}
+	if !strings.Contains(stderr, "apt-get update failed") {
+		t.Errorf("stderr %q: want a line saying the update failed", stderr)
 	}
 }
