@@ -242,10 +242,13 @@ type Suite struct {
 	lastSpec   string
 	baselines  map[string][]map[string]map[string]string
 	exploreDir string
-	managers   map[string]*Manager
-	order      []string
-	stopOnce   sync.Once
-	stopErr    error
+	// reads notes the managers' reads for the records of an unperturbed explore run (ENSEMBLE_EXPLORE
+	// without ENSEMBLE_BASELINE); nil otherwise, and then no read is noted.
+	reads    *readLog
+	managers map[string]*Manager
+	order    []string
+	stopOnce sync.Once
+	stopErr  error
 }
 
 // Manager is a running manager started by Boot or StartManager. A restart point (perturb.Restart) stops
@@ -683,9 +686,15 @@ func (s *Suite) launchManager(mo ManagerOptions) (*Manager, context.Context, err
 	ws := s.hooks.newServer(s, mo.Name)
 	h := newHolds(scheme)
 	h.changed = func(k heldKey, ev watch.Event) *changeTrigger { return s.changeAt(mo.Name, k, ev) }
+	var newCache cache.NewCacheFunc
+	if s.reads != nil {
+		// Only an unperturbed explore run notes reads: otherwise the manager's cache is controller-runtime's own.
+		newCache = readingCacheFunc(s.reads, mo.Name, scheme)
+	}
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:                        scheme,
 		Cache:                         h.wrapCache(mo.Cache),
+		NewCache:                      newCache,
 		Metrics:                       metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress:        "0",
 		LeaderElection:                mo.LeaderElection,

@@ -62,6 +62,10 @@ func (s *Suite) perturbationEnv() error {
 			return fmt.Errorf("suite: ENSEMBLE_EXPLORE: %w", err)
 		}
 		s.exploreDir = dir
+		if len(s.baselines) == 0 {
+			// An unperturbed run's records are what make explore enumerates and prunes from: note reads.
+			s.reads = newReadLog()
+		}
 	}
 	return nil
 }
@@ -84,23 +88,32 @@ func (c *Case) writeRecord(points, firedAt []string, end map[string]map[string]s
 	}
 	sort.Strings(r.Externals)
 	for _, w := range c.Writes(WriteFilter{IncludeRejected: true}) {
-		// An admission is part of the write it admitted, a conversion part of a read, and a write read from
-		// the audit log (kube-controller-manager's) is no point's to answer: exploring them would only propose
-		// points that never fire.
-		if w.Manager == caseManager || w.answer() || w.audited {
+		if w.answer() {
+			// An admission is part of the write it admitted, a conversion part of a read.
 			continue
 		}
 		// An object's name carries the case's namespace as perturb.CaseNamespace, so a point made from this
 		// record names the same object in a run of another namespace (a cluster-scoped object named after
 		// its case's namespace, such as a Node).
-		r.Writes = append(r.Writes, perturb.RecordWrite{Writer: w.writer(), Object: w.Kind + "/" + perturb.RelativeName(w.Name, c.Namespace),
-			Verb: string(w.Verb), Subresource: w.Subresource, Rejected: w.Err != nil})
+		rw := perturb.RecordWrite{Writer: w.writer(), Object: w.Kind + "/" + perturb.RelativeName(w.Name, c.Namespace),
+			Verb: string(w.Verb), Subresource: w.Subresource, Rejected: w.Err != nil, At: w.Time}
+		if w.Manager == caseManager || w.audited {
+			// A write read from the audit log (kube-controller-manager's) and the spec's own are no point's to
+			// answer: exploring them would only propose points that never fire. The pruning reads them.
+			r.Others = append(r.Others, rw)
+			continue
+		}
+		r.Writes = append(r.Writes, rw)
 	}
-	r.Changes, r.Seen = map[string]int{}, map[string]map[string]int{}
+	if c.s.reads != nil {
+		r.ReadsRecorded, r.Reads = true, c.s.reads.take(c.Namespace, c.Started)
+	}
+	r.Changes, r.Seen, r.ChangeTimes = map[string]int{}, map[string]map[string]int{}, map[string][]time.Time{}
 	watching := c.s.watchingSince()
 	for _, ch := range c.s.stream.changes(c.Namespace, ChangeFilter{}) {
 		obj := ch.Kind + "/" + perturb.RelativeName(ch.Name, c.Namespace)
 		r.Changes[obj]++
+		r.ChangeTimes[obj] = append(r.ChangeTimes[obj], ch.Time)
 		for m, since := range watching {
 			if t, ok := since[ch.Kind]; ok && !ch.Time.Before(t) {
 				if r.Seen[m] == nil {

@@ -97,6 +97,9 @@ func (t *recordingTransport) RoundTrip(req *http.Request) (*http.Response, error
 		return t.next.RoundTrip(req)
 	}
 	info, err := requestInfos.NewRequestInfo(req)
+	if err == nil && info.IsResourceRequest && t.s.reads != nil && (info.Verb == "get" || info.Verb == "list") {
+		return t.noteRead(req, info)
+	}
 	if err != nil || !info.IsResourceRequest || !writeVerbs.Has(info.Verb) {
 		return t.next.RoundTrip(req)
 	}
@@ -346,4 +349,20 @@ func statusResponse(req *http.Request, err error) *http.Response {
 	return &http.Response{StatusCode: int(status.Code), Status: fmt.Sprintf("%d %s", status.Code, http.StatusText(int(status.Code))),
 		Proto: "HTTP/1.1", ProtoMajor: 1, ProtoMinor: 1, Request: req, ContentLength: int64(len(b)),
 		Header: http.Header{"Content-Type": []string{"application/json"}}, Body: io.NopCloser(bytes.NewReader(b))}
+}
+
+// noteRead sends a get or list and notes it in the suite's readLog when a reconcile pass or a Runnable made
+// it (an uncached read of the manager's client, its API reader, a clientset): the informers' own lists,
+// made on no such context, feed the cache and decide nothing.
+func (t *recordingTransport) noteRead(req *http.Request, info *request.RequestInfo) (*http.Response, error) {
+	resp, err := t.next.RoundTrip(req)
+	ctx := req.Context()
+	if t.w.caseNS != "" || passFrom(ctx) == nil && runnableFrom(ctx) == "" {
+		return resp, err
+	}
+	gvr := schema.GroupVersionResource{Group: info.APIGroup, Version: info.APIVersion, Resource: info.Resource}
+	if kind, kerr := t.s.mapper().KindFor(gvr); kerr == nil && info.Subresource == "" {
+		t.s.reads.add(ctx, t.w.manager, kind.Kind, info.Namespace, info.Name)
+	}
+	return resp, err
 }

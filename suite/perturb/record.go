@@ -40,6 +40,19 @@ type Record struct {
 	// the change triggers of that manager's points, which fire in that watch.
 	Changes map[string]int            `json:"changes,omitempty"`
 	Seen    map[string]map[string]int `json:"seen,omitempty"`
+	// ChangeTimes are, by object as Changes names it, when the event stream saw each of its changes, in
+	// order (the n-th change trigger of a manager that saw every change fires at the n-th).
+	ChangeTimes map[string][]time.Time `json:"changeTimes,omitempty"`
+	// ReadsRecorded says the run recorded reads (an unperturbed run under ENSEMBLE_EXPLORE): Reads are then
+	// every Get and List the managers made of the case's objects, through their caches and, in a pass or a
+	// Runnable, through their clients' uncached reads, in the order they returned. Without it Reads says
+	// nothing, and make explore prunes no point by them.
+	ReadsRecorded bool         `json:"readsRecorded,omitempty"`
+	Reads         []RecordRead `json:"reads,omitempty"`
+	// Others are the case's writes that Writes leaves out because no point answers them, with their times:
+	// the spec's own ("case/spec") and those read from kube-apiserver's audit log (kube-controller-manager's).
+	// They change objects between an operator's writes, so the pruning reads them.
+	Others []RecordWrite `json:"others,omitempty"`
 	// EndState maps "Kind/name" to the object's leaf fields as the event stream flattens them, with the
 	// volatile ones left out (see Volatile) and the namespace written as "<namespace>". Objects created
 	// with generateName are keyed "Kind/<generateName>*" and numbered in the order of their content.
@@ -59,6 +72,26 @@ type RecordWrite struct {
 	Verb        string `json:"verb"`
 	Subresource string `json:"subresource,omitempty"`
 	Rejected    bool   `json:"rejected,omitempty"`
+	// At is when the write returned (zero in records written before it was recorded).
+	At time.Time `json:"at,omitzero"`
+}
+
+// RecordRead is one read of a Record: its reader ("manager/controller", "manager/runnable", or the manager
+// alone outside a pass), its object ("Kind/name" as RecordWrite names it, or "Kind/" for a List of the kind
+// in the case's namespace or in all namespaces) and when it returned.
+type RecordRead struct {
+	Reader string    `json:"reader"`
+	Object string    `json:"object"`
+	At     time.Time `json:"at"`
+}
+
+// Covers reports whether the read saw object ("Kind/name"): a Get of it, or a List of its kind.
+func (r RecordRead) Covers(object string) bool {
+	if r.Object == object {
+		return true
+	}
+	kind, name, _ := strings.Cut(r.Object, "/")
+	return name == "" && strings.HasPrefix(object, kind+"/")
 }
 
 // Volatile reports whether a flattened field path differs from run to run by nature (identifiers, counters
