@@ -151,7 +151,8 @@ flake: envtest-assets $(ENSEMBLE) ## Run the scenario suite (or FOCUS=regexp, LA
 
 # explore: ensemble explore (internal/explore) runs the FOCUS specs unperturbed twice, then each on its own once per
 # perturbation point (each write of each controller and fake, and each change a manager's watch delivered, each of
-# MODES) within BUDGET (points, or a duration such as 20m), BATCH runs of one spec per test process, and prints
+# MODES, all by default), pruned by causality (PRUNE=false keeps every point), within BUDGET (points, or a
+# duration such as 20m), BATCH runs of one spec per test process, and prints
 # point | mode | verdict | first difference with a command that reruns each failing point. FOCUS, MODES and POINTS
 # reach it through the environment as make got them, quotes, '#' and spaces included. SUITE names another Ginkgo
 # suite's directory (examples/kuberay; default ./scenarios); EXPLORE_JOBS runs test processes at once, each with
@@ -168,15 +169,16 @@ LAG ?=
 UNTIL ?=
 SHARD ?=
 FROM ?=
+PRUNE ?=
 MERGE ?=
 BATCH ?=
 EXPLORE_JOBS ?= 1
 
 .PHONY: explore
-explore: envtest-assets $(ENSEMBLE) ## Perturb the FOCUS=<spec regexp> specs one point at a time and compare with their unperturbed runs: point | mode | verdict | first difference, a rerun command per failing point (MODES=a,b|all, BUDGET=40|20m, POINTS=, REPEAT=n, SUITE=examples/kuberay, LAG=15s, UNTIL=<regexp> stops at the first point whose failure it matches (. for any) and says which point, after how many and when, SHARD=i/n runs a part, FROM=dir takes an earlier run's unperturbed runs, BATCH=10 runs per test process, EXPLORE_JOBS=1, REPORT_DIR=dir).
+explore: envtest-assets $(ENSEMBLE) ## Perturb the FOCUS=<spec regexp> specs one point at a time and compare with their unperturbed runs: point | mode | verdict | first difference, a rerun command per failing point (MODES=a,b|all (all), PRUNE=false runs the points the pruning leaves out, BUDGET=40|20m, POINTS=, REPEAT=n, SUITE=examples/kuberay, LAG=15s, UNTIL=<regexp> stops at the first point whose failure it matches (. for any) and says which point, after how many and when, SHARD=i/n runs a part, FROM=dir takes an earlier run's unperturbed runs, BATCH=10 runs per test process, EXPLORE_JOBS=1, REPORT_DIR=dir).
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(ENSEMBLE) explore -make -suite "$(or $(SUITE),./scenarios)" -focus "$$FOCUS" -j $(EXPLORE_JOBS) -timeout $(SUITE_TIMEOUT) \
 	  $(if $(MODES),-modes "$$MODES") $(if $(BUDGET),-budget "$(BUDGET)") $(if $(POINTS),-points "$$POINTS") \
-	  $(if $(REPEAT),-repeat "$(REPEAT)") $(if $(BATCH),-batch "$(BATCH)") $(if $(LAG),-lag "$(LAG)") $(if $(UNTIL),-until "$$UNTIL") $(if $(SHARD),-shard "$(SHARD)") $(if $(FROM),-from $(abspath $(FROM))) \
+	  $(if $(REPEAT),-repeat "$(REPEAT)") $(if $(BATCH),-batch "$(BATCH)") $(if $(LAG),-lag "$(LAG)") $(if $(UNTIL),-until "$$UNTIL") $(if $(SHARD),-shard "$(SHARD)") $(if $(FROM),-from $(abspath $(FROM))) $(if $(PRUNE),-prune=$(PRUNE)) \
 	  $(if $(REPORT_DIR),-report-dir $(abspath $(REPORT_DIR)))
 
 EXPLORE_MERGE_NEEDS = make explore-merge: pass MERGE='<shard dir>/explore.json ...', every shard's, and REPORT_DIR=<dir> for the joined explore.json

@@ -26,7 +26,10 @@
 //     Each stale point comes twice: held until the namespace is quiet, and held for -lag (stale...+15s), an
 //     informer lagging behind the API server for longer than operators commonly wait for their own cache.
 //     The budget takes them in an order that spreads them over specs, writers, modes and objects before it
-//     takes any twice (see sampler); -points skips this.
+//     takes any twice (see sampler); -points skips this. Pruning (on unless -prune=false) first leaves out
+//     each point a kept one stands for: points of one mode whose triggers follow one another with nothing
+//     between them, in both baselines, that could tell their effects apart (no write of the object by
+//     another writer, no read of it by a reader the mode could affect; see prune), keeping the first.
 //  3. The points, on their spec alone (a focus anchored to its full text), -batch runs of one spec in one
 //     test process: ENSEMBLE_PERTURB=point|point|..., a run of the spec each (suite.Runs), with
 //     ENSEMBLE_BASELINE=the two baselines' records. Ginkgo ends the process at the first failing run; the
@@ -99,12 +102,14 @@ type config struct {
 	shard, merge, from string
 	// viaMake is -make: rerun commands are written as make explore lines (this repository's Makefile).
 	viaMake bool
+	// prune is -prune: the enumeration leaves out the points a kept point stands for (see prune).
+	prune bool
 	// bin is a compiled test binary of suite to run instead of compiling one (the tests' fake suite).
 	bin string
 }
 
 // Synopsis is the command's usage line.
-const Synopsis = "ensemble explore -focus REGEXP [-suite DIR] [-modes a,b|all] [-budget 40|20m] [-batch 10] [-lag 15s] [-until REGEXP]... [-points 'POINT ...'] [-shard i/n] [-from DIR] [-repeat N] [-j 1] [-report-dir DIR] [-timeout 20m] [-make]\n       ensemble explore -merge 'DIR/explore.json ...' -report-dir DIR"
+const Synopsis = "ensemble explore -focus REGEXP [-suite DIR] [-modes a,b|all] [-budget 40|20m] [-batch 10] [-lag 15s] [-until REGEXP]... [-points 'POINT ...'] [-shard i/n] [-from DIR] [-prune=false] [-repeat N] [-j 1] [-report-dir DIR] [-timeout 20m] [-make]\n       ensemble explore -merge 'DIR/explore.json ...' -report-dir DIR"
 
 // About is what the command does, in one line (ensemble -h lists it).
 const About = "perturb the focused specs one point at a time and compare with their unperturbed runs"
@@ -139,6 +144,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.jobs, "j", 1, "test processes at once")
 	fs.StringVar(&c.reportDir, "report-dir", "", "directory of the runs and explore.json (default: a new temporary directory)")
 	fs.DurationVar(&c.timeout, "timeout", 20*time.Minute, "each test process's -test.timeout")
+	fs.BoolVar(&c.prune, "prune", true, "leave out each point whose trigger the unperturbed runs show to be equivalent to an earlier one's: nothing that could tell their effects apart happened between them (-prune=false runs the whole enumeration)")
 	fs.BoolVar(&c.viaMake, "make", false, "write each rerun command as a make explore line (FOCUS=, POINTS=, SUITE=), for a Makefile that wraps the command as this repository's does")
 	cmdline.Usage(fs, Synopsis, about)
 	merging := func() bool { return strings.TrimSpace(c.merge) != "" }
@@ -176,7 +182,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // makeVars are the make variables that set the flags.
 var makeVars = map[string]string{"batch": "BATCH", "suite": "SUITE", "focus": "FOCUS", "modes": "MODES", "budget": "BUDGET", "points": "POINTS",
-	"repeat": "REPEAT", "j": "EXPLORE_JOBS", "report-dir": "REPORT_DIR", "timeout": "SUITE_TIMEOUT", "lag": "LAG", "until": "UNTIL",
+	"repeat": "REPEAT", "j": "EXPLORE_JOBS", "report-dir": "REPORT_DIR", "timeout": "SUITE_TIMEOUT", "lag": "LAG", "until": "UNTIL", "prune": "PRUNE",
 	"shard": "SHARD", "merge": "MERGE", "from": "FROM"}
 
 // plan is the command line, read.
@@ -191,6 +197,8 @@ type plan struct {
 	until []*regexp.Regexp
 	// points are -points' (nil: enumerate).
 	points []perturb.Point
+	// prune is -prune.
+	prune bool
 }
 
 // check reads the command line. Errors: no focus or one that is no regexp, modes, budget or points that do
@@ -241,6 +249,7 @@ func check(c config) (plan, error) {
 		return p, fmt.Errorf("-lag (make's LAG) is %s: pass how long a lagged stale point holds, such as 15s, or 0 for none", c.lag)
 	}
 	p.lag = c.lag
+	p.prune = c.prune
 	return p, nil
 }
 
@@ -293,8 +302,13 @@ type Exploration struct {
 	Budget       string         `json:",omitempty"`
 	// Shard is -shard's i/n when the run was one part of the points; empty for a whole run.
 	Shard string `json:",omitempty"`
-	// Existed is how many points the enumeration made; Ran how many of them (or of -points, per spec) ran.
+	// Existed is how many points the enumeration made and kept (every one with -prune=false); Ran how many
+	// of them (or of -points, per spec) ran.
 	Existed, Ran int
+	// Enumerated is how many points the enumeration made before pruning; Pruned are those it left out, each
+	// with the kept point that stands for it (none with -prune=false or -points).
+	Enumerated int      `json:",omitempty"`
+	Pruned     []Pruned `json:",omitempty"`
 	// Baselines are the two unperturbed runs' record directories.
 	Baselines []string
 	Rows      []Row
@@ -490,7 +504,12 @@ func choosePoints(p plan, records, second []perturb.Record, x *Exploration, out 
 	} else {
 		e := enumerate(records, second, p.modes)
 		e.addLagged(p.lag)
+		x.Enumerated = len(e.Points)
+		if p.prune {
+			e.Points, x.Pruned = prune(e.Points, records, second)
+		}
 		x.Modes, x.Budget, x.Existed = p.modes, p.budget.String(), len(e.Points)
+		fmt.Fprintf(out, "enumerated %s, pruned %d, kept %d%s\n", textout.Count(x.Enumerated, "point", "points"), len(x.Pruned), x.Existed, pruneNote(p.prune, records, second))
 		for _, s := range e.NoWrites {
 			fmt.Fprintf(out, "not explored: %q has no write by an operator or fake\n", s)
 		}
@@ -923,7 +942,8 @@ func mergeShards(paths []string, reportDir string, out io.Writer) (Exploration, 
 		switch {
 		case n == 0:
 			n = of
-			x = Exploration{Suite: part.Suite, Focus: part.Focus, Modes: part.Modes, Budget: part.Budget, Existed: part.Existed}
+			x = Exploration{Suite: part.Suite, Focus: part.Focus, Modes: part.Modes, Budget: part.Budget, Existed: part.Existed,
+				Enumerated: part.Enumerated, Pruned: part.Pruned}
 		case of != n:
 			return x, fmt.Errorf("-merge: %s is shard %s, of %d shards, not %d", path, part.Shard, of, n)
 		case part.Suite != x.Suite || part.Focus != x.Focus || part.Budget != x.Budget || part.Existed != x.Existed ||
@@ -988,4 +1008,19 @@ func firstKey(m map[int]string) int {
 		}
 	}
 	return k
+}
+
+// pruneNote says why nothing was pruned when pruning was off or the records hold no reads; "" otherwise.
+func pruneNote(on bool, records, second []perturb.Record) string {
+	if !on {
+		return " (-prune=false)"
+	}
+	for _, recs := range [][]perturb.Record{records, second} {
+		for _, r := range recs {
+			if !r.ReadsRecorded {
+				return " (the unperturbed runs' records hold no reads: written by an older harness)"
+			}
+		}
+	}
+	return ""
 }

@@ -17,9 +17,9 @@ import (
 	"github.com/ensembletest/ensemble/suite/perturb"
 )
 
-// defaultModes are -modes' default: one API fault that is retried at once, one that may have been applied,
-// the restart and the two views of a held object.
-const defaultModes = "conflict,timeout,restart,stale,coalesce"
+// defaultModes are -modes' default: every mode, external outages and latency included, which the pruning
+// makes affordable (see prune; before it the default was conflict,timeout,restart,stale,coalesce).
+const defaultModes = "all"
 
 // defaultLag is -lag's default: longer than the about 10 s that operators commonly wait for their own cache
 // to show what they wrote (cluster-api's WaitForCacheToBeUpToDate gives up after that), as a busy API

@@ -26,7 +26,7 @@ func TestParseModes(t *testing.T) {
 		want    []perturb.Mode
 		wantErr string
 	}{
-		{defaultModes, []perturb.Mode{perturb.Conflict, perturb.Timeout, perturb.Restart, perturb.Stale, perturb.Coalesce}, ""},
+		{defaultModes, perturb.Modes, ""},
 		{"all", perturb.Modes, ""},
 		{" restart , conflict,restart,", []perturb.Mode{perturb.Restart, perturb.Conflict}, ""},
 		{"conflict,crash", nil, `names "crash", which is no mode: use some of conflict,throttle,internal,timeout,restart,stale,coalesce,down,slow, or all`},

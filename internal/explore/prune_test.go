@@ -1,0 +1,217 @@
+package explore
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ensembletest/ensemble/suite/perturb"
+)
+
+// timeline fabricates one case's record from events, one a millisecond apart from t0: "w writer object
+// [verb[/subresource]]" a write (update by default), "r reader object" a read ("Kind/" for a list), "o
+// writer object" another write (the spec's, kube-controller-manager's), "c object" a change of object as
+// the event stream saw it. Every manager's watch saw every change.
+func timeline(spec string, events ...string) perturb.Record {
+	t0 := time.Date(2026, 12, 7, 17, 0, 0, 0, time.UTC)
+	r := perturb.Record{Spec: spec, ReadsRecorded: true, Changes: map[string]int{}, ChangeTimes: map[string][]time.Time{},
+		Seen: map[string]map[string]int{}}
+	for i, ev := range events {
+		at := t0.Add(time.Duration(i) * time.Millisecond)
+		f := strings.Fields(ev)
+		switch f[0] {
+		case "w", "o":
+			w := perturb.RecordWrite{Writer: f[1], Object: f[2], Verb: "update", At: at}
+			if len(f) > 3 {
+				w.Verb, w.Subresource, _ = strings.Cut(f[3], "/")
+			}
+			if f[0] == "w" {
+				r.Writes = append(r.Writes, w)
+			} else {
+				r.Others = append(r.Others, w)
+			}
+		case "r":
+			r.Reads = append(r.Reads, perturb.RecordRead{Reader: f[1], Object: f[2], At: at})
+		case "c":
+			r.Changes[f[1]]++
+			r.ChangeTimes[f[1]] = append(r.ChangeTimes[f[1]], at)
+		}
+	}
+	for _, w := range r.Writes {
+		m := managerOf(w.Writer)
+		if r.Seen[m] == nil {
+			r.Seen[m] = map[string]int{}
+		}
+		for obj, n := range r.Changes {
+			r.Seen[m][obj] = n
+		}
+	}
+	return r
+}
+
+// prunedBy runs prune over the enumeration of one spec's two records (modes given) and maps each pruned
+// point to its representative.
+func prunedBy(t *testing.T, a, b perturb.Record, modes ...perturb.Mode) (map[string]string, int) {
+	t.Helper()
+	e := enumerate([]perturb.Record{a}, []perturb.Record{b}, modes)
+	kept, pruned := prune(e.Points, []perturb.Record{a}, []perturb.Record{b})
+	if len(kept)+len(pruned) != len(e.Points) {
+		t.Fatalf("prune kept %d and pruned %d of %d points", len(kept), len(pruned), len(e.Points))
+	}
+	out := map[string]string{}
+	for _, p := range pruned {
+		out[p.Point] = p.By
+		if !slices.ContainsFunc(kept, func(sp SpecPoint) bool { return sp.Point.String() == p.By }) {
+			t.Errorf("%s is pruned by %s, which is not kept", p.Point, p.By)
+		}
+	}
+	return out, len(e.Points)
+}
+
+func TestPruneKeepsTheFirstOfEachChain(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		events    []string
+		externals []string
+		modes     []perturb.Mode
+		want      map[string]string // pruned point: its representative
+	}{{
+		// The shard controller writes its Shard's status three times; between the first two only it reads
+		// the Shard, between the last two the tablegroup controller lists Shards.
+		name: "refusals, by what others read",
+		events: []string{"r mg/shard Shard/s", "w mg/shard Shard/s update/status", "r mg/shard Shard/s",
+			"w mg/shard Shard/s update/status", "r mg/tablegroup Shard/", "w mg/shard Shard/s update/status"},
+		modes: []perturb.Mode{perturb.Conflict, perturb.Timeout},
+		want: map[string]string{
+			"conflict@mg/shard:Shard/s#2": "conflict@mg/shard:Shard/s#1",
+			"timeout@mg/shard:Shard/s#2":  "timeout@mg/shard:Shard/s#1",
+		},
+	}, {
+		// The kubelet writes a pod's status twice with another manager reading it between (the stale view
+		// is the kubelet's, which read nothing), then the kubelet itself lists pods before its third write:
+		// a refusal is told apart by the shard's read, not by the writer's own list.
+		name: "held views, by the held manager's reads",
+		events: []string{"w dataplane/kubelet Pod/p apply/status", "r mg/shard Pod/p", "w dataplane/kubelet Pod/p apply/status",
+			"r dataplane/kubelet Pod/", "w dataplane/kubelet Pod/p apply/status"},
+		modes: []perturb.Mode{perturb.Stale, perturb.Conflict},
+		want: map[string]string{
+			"stale@dataplane/kubelet:Pod/p#2":    "stale@dataplane/kubelet:Pod/p#1",
+			"conflict@dataplane/kubelet:Pod/p#3": "conflict@dataplane/kubelet:Pod/p#2",
+		},
+	}, {
+		// Three writes by two writers with nothing between them, then a read, then a fourth.
+		name: "outages, by quiet between writes",
+		events: []string{"w mg/shard Shard/s", "w mg/shard Pod/p create", "w dataplane/kubelet Pod/p apply/status",
+			"r mg/shard Pod/p", "w mg/shard Shard/s"},
+		externals: []string{"pooler"},
+		modes:     []perturb.Mode{perturb.Down},
+		want: map[string]string{
+			"down(pooler)@mg/shard:Pod/p#1":          "down(pooler)@mg/shard:Shard/s#1",
+			"down(pooler)@dataplane/kubelet:Pod/p#1": "down(pooler)@mg/shard:Shard/s#1",
+		},
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := timeline("s", tc.events...)
+			rec.Externals = tc.externals
+			if got, _ := prunedBy(t, rec, rec, tc.modes...); !mapsEqual(got, tc.want) {
+				t.Errorf("pruned %v; want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestPruneKeepsWhatTheRecordsCannotClear(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		a, b   perturb.Record
+		modes  []perturb.Mode
+		expect int // pruned points
+	}{
+		{"another writer wrote the object between", timeline("s", "w mg/shard Shard/s", "w mg/tablegroup Shard/s patch", "w mg/shard Shard/s"),
+			timeline("s", "w mg/shard Shard/s", "w mg/shard Shard/s"), []perturb.Mode{perturb.Conflict}, 0},
+		{"the spec wrote the object between", timeline("s", "w mg/shard Shard/s", "o case/spec Shard/s", "w mg/shard Shard/s"),
+			timeline("s", "w mg/shard Shard/s", "w mg/shard Shard/s"), []perturb.Mode{perturb.Conflict}, 0},
+		{"the writes differ in shape", timeline("s", "w mg/shard Shard/s", "w mg/shard Shard/s update/status"),
+			timeline("s", "w mg/shard Shard/s", "w mg/shard Shard/s update/status"), []perturb.Mode{perturb.Conflict}, 0},
+		{"the second run saw a read between", timeline("s", "w mg/shard Shard/s", "w mg/shard Shard/s"),
+			timeline("s", "w mg/shard Shard/s", "r kcm Shard/s", "w mg/shard Shard/s"), []perturb.Mode{perturb.Conflict}, 0},
+		{"records without reads", func() perturb.Record {
+			r := timeline("s", "w mg/shard Shard/s", "w mg/shard Shard/s")
+			r.ReadsRecorded = false
+			return r
+		}(), timeline("s", "w mg/shard Shard/s", "w mg/shard Shard/s"), []perturb.Mode{perturb.Conflict}, 0},
+		{"nothing between, both runs", timeline("s", "w mg/shard Shard/s", "w mg/shard Shard/s"),
+			timeline("s", "w mg/shard Shard/s", "w mg/shard Shard/s"), []perturb.Mode{perturb.Conflict}, 1},
+		{"the restarted manager wrote another object between", timeline("s", "w mg/shard Shard/s", "w mg/shard Pod/p", "w mg/shard Shard/s"),
+			timeline("s", "w mg/shard Shard/s", "w mg/shard Pod/p", "w mg/shard Shard/s"), []perturb.Mode{perturb.Restart}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, _ := prunedBy(t, tc.a, tc.b, tc.modes...)
+			if len(got) != tc.expect {
+				t.Errorf("pruned %v; want %d", got, tc.expect)
+			}
+		})
+	}
+}
+
+func TestPruneChangeTriggersByTheManagersReads(t *testing.T) {
+	// The Shard changes four times; mg reads it only after the third change; mg also wrote between the
+	// first two (its restart is told apart by that).
+	rec := timeline("s",
+		"w mg/shard Shard/s",
+		"c Shard/s",
+		"w mg/shard Pod/p",
+		"c Shard/s",
+		"c Shard/s",
+		"r mg/shard Shard/s",
+		"c Shard/s",
+	)
+	got, _ := prunedBy(t, rec, rec, perturb.Restart, perturb.Stale)
+	for _, p := range []string{"stale@mg:Shard/s^2", "stale@mg:Shard/s^3", "restart@mg:Shard/s^3"} {
+		if _, ok := got[p]; !ok {
+			t.Errorf("%s not pruned; pruned %v", p, got)
+		}
+	}
+	for _, p := range []string{"stale@mg:Shard/s^4", "restart@mg:Shard/s^2", "restart@mg:Shard/s^4"} {
+		if by, ok := got[p]; ok {
+			t.Errorf("%s pruned by %s: the manager acted between", p, by)
+		}
+	}
+	if got["stale@mg:Shard/s^3"] != "stale@mg:Shard/s^1" || got["restart@mg:Shard/s^3"] != "restart@mg:Shard/s^2" {
+		t.Errorf("representatives %v", got)
+	}
+}
+
+func TestChoosePointsReportsThePruning(t *testing.T) {
+	rec := timeline("s", "w mg/shard Shard/s", "w mg/shard Shard/s", "w mg/shard Shard/s")
+	for _, tc := range []struct {
+		prune bool
+		line  string
+		kept  int
+	}{
+		{true, "enumerated 3 points, pruned 2, kept 1\n", 1},
+		{false, "enumerated 3 points, pruned 0, kept 3 (-prune=false)\n", 3},
+	} {
+		var out bytes.Buffer
+		x := Exploration{}
+		p := plan{modes: []perturb.Mode{perturb.Conflict}, budget: Budget{Points: 10}, prune: tc.prune}
+		todo, _ := choosePoints(p, []perturb.Record{rec}, []perturb.Record{rec}, &x, &out)
+		if !strings.Contains(out.String(), tc.line) || len(todo) != tc.kept || x.Enumerated != 3 || x.Existed != tc.kept {
+			t.Errorf("prune=%v: %d points to run, x %d/%d, output:\n%s\nwant the line %q", tc.prune, len(todo), x.Enumerated, x.Existed, out.String(), tc.line)
+		}
+	}
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
+}
