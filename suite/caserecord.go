@@ -87,16 +87,24 @@ func (c *Case) writeRecord(points, firedAt []string, end map[string]map[string]s
 		r.Externals = append(r.Externals, name)
 	}
 	sort.Strings(r.Externals)
+	// rv is the resourceVersion each object's last recorded write answered with: a write that answers with
+	// it again changed nothing.
+	rv := map[string]string{}
 	for _, w := range c.Writes(WriteFilter{IncludeRejected: true}) {
 		if w.answer() {
 			// An admission is part of the write it admitted, a conversion part of a read.
 			continue
 		}
+		noop := false
+		if id := w.Kind + "/" + w.Namespace + "/" + w.Name; w.Err == nil && w.ResourceVersion != "" {
+			noop = rv[id] == w.ResourceVersion
+			rv[id] = w.ResourceVersion
+		}
 		// An object's name carries the case's namespace as perturb.CaseNamespace, so a point made from this
 		// record names the same object in a run of another namespace (a cluster-scoped object named after
 		// its case's namespace, such as a Node).
 		rw := perturb.RecordWrite{Writer: w.writer(), Object: w.Kind + "/" + perturb.RelativeName(w.Name, c.Namespace),
-			Verb: string(w.Verb), Subresource: w.Subresource, Rejected: w.Err != nil, At: w.Time}
+			Verb: string(w.Verb), Subresource: w.Subresource, Rejected: w.Err != nil, At: w.Time, NoOp: noop}
 		if w.Manager == caseManager || w.audited {
 			// A write read from the audit log (kube-controller-manager's) and the spec's own are no point's to
 			// answer: exploring them would only propose points that never fire. The pruning reads them.
@@ -107,6 +115,20 @@ func (c *Case) writeRecord(points, firedAt []string, end map[string]map[string]s
 	}
 	if c.s.reads != nil {
 		r.ReadsRecorded, r.Reads = true, c.s.reads.take(c.Namespace, c.Started)
+		for name, e := range c.s.externals {
+			if e.Calls == nil {
+				continue
+			}
+			if r.Calls == nil {
+				r.Calls = map[string][]time.Time{}
+			}
+			r.Calls[name] = []time.Time{}
+			for _, t := range e.Calls(c.Namespace) {
+				if !t.Before(c.Started) {
+					r.Calls[name] = append(r.Calls[name], t)
+				}
+			}
+		}
 	}
 	r.Changes, r.Seen, r.ChangeTimes = map[string]int{}, map[string]map[string]int{}, map[string][]time.Time{}
 	watching := c.s.watchingSince()

@@ -18,6 +18,11 @@ type External struct {
 	Down func(namespace string, on bool)
 	// Slow makes the system answer after latency in namespace; 0 ends it.
 	Slow func(namespace string, latency time.Duration)
+	// Calls, when set, returns when each operator call reached the system in namespace, in order: an
+	// unperturbed run's explore record keeps them (perturb.Record.Calls), and make explore takes two down
+	// or slow points of the system to be one when no call came between their triggers. Nil: the fake cannot
+	// say, and no down or slow point of the system is pruned.
+	Calls func(namespace string) []time.Time
 }
 
 // externalNameBreakers are the characters a point's text gives a meaning to around a system's name

@@ -127,6 +127,8 @@ type Registry struct {
 	spaces map[string]*space
 	log    []Call
 	reader client.Reader
+	// callTimes are, by namespace, when each operator call began, in order (CallTimes).
+	callTimes map[string][]time.Time
 }
 
 var _ hk.Registry = (*Registry)(nil)
@@ -167,7 +169,7 @@ var _ hk.Client = (*Instance)(nil)
 // New returns a Registry configured by opts (zero fields take their defaults). The simulator runs once set
 // up with a manager and started; the Registry answers calls at once.
 func New(opts Options) *Registry {
-	r := &Registry{opts: opts.withDefaults(), spaces: map[string]*space{}}
+	r := &Registry{opts: opts.withDefaults(), spaces: map[string]*space{}, callTimes: map[string][]time.Time{}}
 	r.Sim = &CNSimReconciler{reg: r, seen: map[types.NamespacedName]time.Time{}}
 	return r
 }
@@ -536,9 +538,20 @@ func (in *Instance) LogSet() string { return in.logSet }
 // "<namespace>/<logSet>" for an instance made by EnsureInstance).
 func (in *Instance) Discovery() string { return in.discovery }
 
+// CallTimes returns when each operator call of namespace's HAKeeper (every hk.Client call) began, in order,
+// refused ones included: what an outage or a latency of HAKeeper could have met (suite.External.Calls).
+func (r *Registry) CallTimes(namespace string) []time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.callTimes[namespace])
+}
+
 // call runs one operator call: latency, injected error, then fn under the registry lock; logs it.
 func (in *Instance) call(ctx context.Context, op, uuid, args string, fn func(now time.Time) (string, error)) error {
 	r := in.reg
+	r.mu.Lock()
+	r.callTimes[in.namespace] = append(r.callTimes[in.namespace], time.Now())
+	r.mu.Unlock()
 	lat, err := r.fault(in.namespace, op)
 	if lat > 0 {
 		t := time.NewTimer(lat)

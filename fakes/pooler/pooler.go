@@ -138,6 +138,8 @@ type space struct {
 	unavailable      bool
 	latency          time.Duration
 	misreport        map[string]string
+	// calls are when each operator call on the namespace began, in order (CallTimes).
+	calls []time.Time
 }
 
 type record struct {
@@ -194,7 +196,9 @@ func unavailableErr(ns string) error {
 // when ctx ends first. It takes s.mu only to read the latency.
 func (s *Store) wait(ctx context.Context, namespace string) error {
 	s.mu.Lock()
-	d := s.spaceLocked(namespace).latency
+	sp := s.spaceLocked(namespace)
+	sp.calls = append(sp.calls, time.Now())
+	d := sp.latency
 	s.mu.Unlock()
 	if d <= 0 {
 		return nil
@@ -503,6 +507,15 @@ func (s *Store) Log(namespace string) []Entry {
 		}
 	}
 	return out
+}
+
+// CallTimes returns when each operator call on namespace (RegisterCell, RegisterDatabase, Poolers,
+// SetLifecycle) began, in order, refused ones included: what an outage or a latency of the store could
+// have met (suite.External.Calls).
+func (s *Store) CallTimes(namespace string) []time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.spaceLocked(namespace).calls)
 }
 
 // SetupWithManager registers the simulator's controller with mgr (Sim.Client defaults to mgr.GetClient()).

@@ -31,6 +31,10 @@ type Record struct {
 	// Externals are the external systems the suite registered (suite.Options.Externals), for down and slow
 	// points.
 	Externals []string `json:"externals,omitempty"`
+	// Calls are, by external system, when each operator call reached it in the case's namespace, in order,
+	// in an unperturbed run that records reads (ReadsRecorded), for the systems whose suite.External says
+	// (Calls); a system missing here is one the run cannot say of.
+	Calls map[string][]time.Time `json:"calls,omitempty"`
 	// Writes are the case's writes by operators and fakes (not the spec's own, nor those read from
 	// kube-apiserver's audit log, such as kube-controller-manager's, which no point answers), oldest first.
 	Writes []RecordWrite `json:"writes"`
@@ -74,7 +78,13 @@ type RecordWrite struct {
 	Rejected    bool   `json:"rejected,omitempty"`
 	// At is when the write returned (zero in records written before it was recorded).
 	At time.Time `json:"at,omitzero"`
+	// NoOp says the write succeeded and answered with the resourceVersion its object already had (as an
+	// earlier recorded write answered): it changed nothing, and no watch delivered it.
+	NoOp bool `json:"noop,omitempty"`
 }
+
+// Changed reports whether the write changed its object: it was neither refused nor a no-op.
+func (w RecordWrite) Changed() bool { return !w.Rejected && !w.NoOp }
 
 // RecordRead is one read of a Record: its reader ("manager/controller", "manager/runnable", or the manager
 // alone outside a pass), its object ("Kind/name" as RecordWrite names it, or "Kind/" for a List of the kind
