@@ -22,7 +22,7 @@ type Pruned struct {
 // chain of triggers they fire on are equivalent when nothing that could tell their effects apart happened
 // between those triggers in both unperturbed runs, and the first point of each chain is kept. What could
 // tell them apart depends on the mode (link says it for write triggers, changeLink for change triggers,
-// quietBetween for outages and latency); see docs/architecture.md §10. A spec whose runs did not
+// noCallBetween for outages and latency); see docs/architecture.md §10. A spec whose runs did not
 // each record exactly one case with its reads (perturb.Record.ReadsRecorded) loses no point. Order is kept.
 func prune(points []SpecPoint, records, second []perturb.Record) (kept []SpecPoint, pruned []Pruned) {
 	timelines := map[string][2]*perturb.Record{}
@@ -103,10 +103,65 @@ func sameShape(a, b perturb.RecordWrite) bool {
 }
 
 // link reports whether, in r, a write-triggered point of mode m fired on write a and one fired on write b,
-// the next write the point counts after a, can only differ in effect through something r shows happened
-// between them, and nothing did: a and b have the same shape (sameShape), both have times, no other writer
-// wrote the object between them (the spec and kube-controller-manager included), and nobody who could act
-// on the difference read the object (a Get of it, a List of its kind):
+// the next write the point counts after a, are equivalent: a and b have the same shape (sameShape), both
+// have times, and either the world the two perturbations leave is the same until b (sameWorld), or nothing
+// r shows between them could tell their effects apart (unread).
+func link(r *perturb.Record, m perturb.Mode, a, b int) bool {
+	wa, wb := r.Writes[a], r.Writes[b]
+	if !sameShape(wa, wb) || wa.At.IsZero() || wb.At.IsZero() || wa.Object != wb.Object {
+		return false
+	}
+	return sameWorld(r, m, a, b) || unread(r, m, a, b)
+}
+
+// sameWorld reports whether a point of mode m on write a leaves every other controller the same world as
+// one on write b, from a until b, because what the earlier firing takes away changed nothing:
+//   - a refusal takes away the refused write's change until the writer retries: equivalent when neither a
+//     nor b changed anything (no-ops), so every reader sees every object as it is either way; what remains
+//     is the writer's own error path, the same at a and b, in which the writes its pass would have made
+//     after the refused one come a retry later (controller-runtime's first backoff is 5 ms);
+//   - restart after a takes away what the manager would have written between a and b (the fence refuses
+//     it, b included): equivalent when none of the manager's writes in that span changed anything; its
+//     reads went with the crashed instance's state;
+//   - stale and coalesce from a hide from the writer's manager what changed the object between a and b:
+//     equivalent when nothing did (a a no-op, no other write of the object changed it, the event stream saw
+//     no change of it), so the manager's view is the same at every moment.
+func sameWorld(r *perturb.Record, m perturb.Mode, a, b int) bool {
+	wa, wb := r.Writes[a], r.Writes[b]
+	obj, manager := wa.Object, managerOf(wa.Writer)
+	switch {
+	case m.Fault():
+		return !wa.Changed() && !wb.Changed()
+	case m == perturb.Restart:
+		for _, w := range r.Writes[a+1 : b+1] {
+			if managerOf(w.Writer) == manager && w.Changed() {
+				return false
+			}
+		}
+		return true
+	case m == perturb.Stale || m == perturb.Coalesce:
+		if wa.Changed() {
+			return false
+		}
+		for _, w := range append(r.Writes[a+1:b:b], othersIn(r, wa.At, wb.At)...) {
+			if w.Object == obj && w.Changed() {
+				return false
+			}
+		}
+		for _, t := range r.ChangeTimes[obj] {
+			if t.After(wa.At) && t.Before(wb.At) {
+				return false
+			}
+		}
+		return true
+	}
+	return false
+}
+
+// unread reports whether, in r, nothing between writes a and b of one writer on one object could carry a
+// difference between a point of mode m on a and one on b into a decision: no other writer wrote the object
+// between them (the spec and kube-controller-manager included), and nobody the mode affects read it (a Get
+// of it, a List of its kind):
 //   - a refusal (conflict, throttle, internal, timeout) keeps the object without a's change until the
 //     writer retries: the writer's own error path is the same at a and b, so only another reader (another
 //     controller, or another manager) could tell them apart;
@@ -115,11 +170,8 @@ func sameShape(a, b perturb.RecordWrite) bool {
 //     earlier crash leaves undone, so any of them breaks the link too;
 //   - stale and coalesce hide the object from the writer's manager from a instead of from b: only that
 //     manager's reads (the writer's own included) see the difference.
-func link(r *perturb.Record, m perturb.Mode, a, b int) bool {
+func unread(r *perturb.Record, m perturb.Mode, a, b int) bool {
 	wa, wb := r.Writes[a], r.Writes[b]
-	if !sameShape(wa, wb) || wa.At.IsZero() || wb.At.IsZero() || wa.Object != wb.Object {
-		return false
-	}
 	obj, writer := wa.Object, wa.Writer
 	manager := managerOf(writer)
 	for i := a + 1; i < b; i++ {
@@ -276,8 +328,9 @@ func writesBetween(ws []perturb.RecordWrite, from, to time.Time) []perturb.Recor
 // changeLink reports whether, in r, point p (a change trigger of manager M on object O) fired at O's j-th
 // change as M's watch delivers it and at its (j+1)-th can only differ through what M did between those
 // changes, and M did nothing that could: stale and coalesce hide O from M from one change or the next, which
-// only M's reads of O tell apart; restart stops M before it could act on one change or the next, and every
-// read and write of M between them is such an act.
+// only M's reads of O tell apart; restart stops M before it could act on one change or the next, and only
+// M's writes that changed something between them act on the world (its reads go with the crashed
+// instance's state).
 func changeLink(r *perturb.Record, p perturb.Point, j int) bool {
 	times := r.ChangeTimes[p.Object]
 	mgr := p.Manager()
@@ -288,34 +341,32 @@ func changeLink(r *perturb.Record, p perturb.Point, j int) bool {
 		return false
 	}
 	from, to := times[off+j-1], times[off+j]
-	for _, rd := range readsIn(r, from, to) {
-		if managerOf(rd.Reader) != mgr {
-			continue
-		}
-		if p.Mode == perturb.Restart || rd.Covers(p.Object) {
-			return false
-		}
-	}
 	if p.Mode == perturb.Restart {
 		for _, w := range writesIn(r, from, to) {
-			if managerOf(w.Writer) == mgr {
+			if managerOf(w.Writer) == mgr && w.Changed() {
 				return false
 			}
+		}
+		return true
+	}
+	for _, rd := range readsIn(r, from, to) {
+		if managerOf(rd.Reader) == mgr && rd.Covers(p.Object) {
+			return false
 		}
 	}
 	return true
 }
 
-// outageChains joins the down and slow points of one spec whose triggers follow one another in the
-// case's writes with nothing read or written by anyone else between them (quietBetween): an outage or a
-// latency that begins at one or at the next meets the same calls, as far as the records show, and the
-// earlier one meets them all. The calls to the external system are not recorded: one made between two
-// writes of a pass with no read between them is the blind spot.
+// outageChains joins the down and slow points of one spec, system by system, whose triggers follow one
+// another in the case's writes (whoever wrote them) with no call to the system between them in either
+// unperturbed run (perturb.Record.Calls): an outage or a latency acts only on the calls it meets, and one
+// that begins at either trigger meets the same calls, until the same release. A system a record has no
+// calls for (its suite.External cannot say) gets no chain.
 type outageChains struct {
 	// at maps each point's string to its trigger write's index in each record.
 	at map[string][2]int
-	// first[i][x] is the first write index of record i whose chain holds write x (see quietBetween).
-	first [2][]int
+	// first[i][system][x] is the first write index of record i whose chain holds write x.
+	first [2]map[string][]int
 	// best maps a group (mode, system and latency, and the chain in each record) to its point whose
 	// trigger is earliest in the first record.
 	best map[string]perturb.Point
@@ -326,18 +377,23 @@ type outageChains struct {
 func newOutageChains(points []SpecPoint, spec string, recs [2]*perturb.Record) *outageChains {
 	oc := &outageChains{at: map[string][2]int{}, best: map[string]perturb.Point{}}
 	for i, r := range recs {
-		oc.first[i] = make([]int, len(r.Writes))
-		for x := range r.Writes {
-			oc.first[i][x] = x
-			if x > 0 && quietBetween(r, x-1, x) {
-				oc.first[i][x] = oc.first[i][x-1]
+		oc.first[i] = map[string][]int{}
+		for sys, calls := range r.Calls {
+			first := make([]int, len(r.Writes))
+			for x := range r.Writes {
+				first[x] = x
+				if x > 0 && noCallBetween(calls, r.Writes[x-1], r.Writes[x]) {
+					first[x] = first[x-1]
+				}
 			}
+			oc.first[i][sys] = first
 		}
 	}
 	idx := map[string][2][]int{}
 	for _, sp := range points {
 		p := sp.Point
-		if sp.Spec != spec || p.Mode != perturb.Down && p.Mode != perturb.Slow || p.Trigger.Kind != perturb.NthWrite {
+		if sp.Spec != spec || p.Mode != perturb.Down && p.Mode != perturb.Slow || p.Trigger.Kind != perturb.NthWrite ||
+			oc.first[0][p.System] == nil || oc.first[1][p.System] == nil {
 			continue
 		}
 		key := p.Writer + "\x00" + p.Object
@@ -362,7 +418,7 @@ func newOutageChains(points []SpecPoint, spec string, recs [2]*perturb.Record) *
 
 // group names the chain of p, whose trigger writes are at.
 func (oc *outageChains) group(p perturb.Point, at [2]int) string {
-	return fmt.Sprintf("%s\x00%s\x00%s\x00%d\x00%d", p.Mode, p.System, p.Latency, oc.first[0][at[0]], oc.first[1][at[1]])
+	return fmt.Sprintf("%s\x00%s\x00%s\x00%d\x00%d", p.Mode, p.System, p.Latency, oc.first[0][p.System][at[0]], oc.first[1][p.System][at[1]])
 }
 
 // representative is the point of p's chain whose trigger is earliest, when it is earlier than p's in both
@@ -380,12 +436,17 @@ func (oc *outageChains) representative(p perturb.Point) (perturb.Point, bool) {
 	return b, true
 }
 
-// quietBetween reports whether nothing but the two writes x-1 and x themselves happened in r between them:
-// no read by anyone, no write of the spec's or kube-controller-manager's, and both have times.
-func quietBetween(r *perturb.Record, a, b int) bool {
-	wa, wb := r.Writes[a], r.Writes[b]
-	if wa.At.IsZero() || wb.At.IsZero() {
+// noCallBetween reports whether none of calls (in time order) came in (a.At, b.At], and both writes have
+// times.
+func noCallBetween(calls []time.Time, a, b perturb.RecordWrite) bool {
+	if a.At.IsZero() || b.At.IsZero() {
 		return false
 	}
-	return len(readsIn(r, wa.At, wb.At)) == 0 && len(othersIn(r, wa.At, wb.At)) == 0
+	i, _ := slices.BinarySearchFunc(calls, a.At, func(c, t time.Time) int {
+		if c.After(t) {
+			return 1
+		}
+		return -1
+	})
+	return i == len(calls) || calls[i].After(b.At)
 }

@@ -11,7 +11,9 @@ import (
 )
 
 // timeline fabricates one case's record from events, one a millisecond apart from t0: "w writer object
-// [verb[/subresource]]" a write (update by default), "r reader object" a read ("Kind/" for a list), "o
+// [verb[/subresource]]" a write (update by default), "n ..." the same write changing nothing (a no-op),
+// "x system" an operator call to an external system, "k system" none (the record has the system's calls,
+// which may be none), "r reader object" a read ("Kind/" for a list), "o
 // writer object" another write (the spec's, kube-controller-manager's), "c object" a change of object as
 // the event stream saw it. Every manager's watch saw every change.
 func timeline(spec string, events ...string) perturb.Record {
@@ -22,18 +24,28 @@ func timeline(spec string, events ...string) perturb.Record {
 		at := t0.Add(time.Duration(i) * time.Millisecond)
 		f := strings.Fields(ev)
 		switch f[0] {
-		case "w", "o":
-			w := perturb.RecordWrite{Writer: f[1], Object: f[2], Verb: "update", At: at}
+		case "w", "o", "n":
+			w := perturb.RecordWrite{Writer: f[1], Object: f[2], Verb: "update", At: at, NoOp: f[0] == "n"}
 			if len(f) > 3 {
 				w.Verb, w.Subresource, _ = strings.Cut(f[3], "/")
 			}
-			if f[0] == "w" {
+			if f[0] != "o" {
 				r.Writes = append(r.Writes, w)
 			} else {
 				r.Others = append(r.Others, w)
 			}
 		case "r":
 			r.Reads = append(r.Reads, perturb.RecordRead{Reader: f[1], Object: f[2], At: at})
+		case "x", "k":
+			if r.Calls == nil {
+				r.Calls = map[string][]time.Time{}
+			}
+			if r.Calls[f[1]] == nil {
+				r.Calls[f[1]] = []time.Time{}
+			}
+			if f[0] == "x" {
+				r.Calls[f[1]] = append(r.Calls[f[1]], at)
+			}
 		case "c":
 			r.Changes[f[1]]++
 			r.ChangeTimes[f[1]] = append(r.ChangeTimes[f[1]], at)
@@ -101,15 +113,43 @@ func TestPruneKeepsTheFirstOfEachChain(t *testing.T) {
 			"conflict@dataplane/kubelet:Pod/p#3": "conflict@dataplane/kubelet:Pod/p#2",
 		},
 	}, {
-		// Three writes by two writers with nothing between them, then a read, then a fourth.
-		name: "outages, by quiet between writes",
-		events: []string{"w mg/shard Shard/s", "w mg/shard Pod/p create", "w dataplane/kubelet Pod/p apply/status",
-			"r mg/shard Pod/p", "w mg/shard Shard/s"},
-		externals: []string{"pooler"},
+		// The shard controller's first two applies of its Shard changed nothing: refusing either leaves
+		// every reader the same Shard, however many read it between (the tablegroup controller does); the
+		// third changed it, and refusing it delays that change.
+		name:   "refusals of a no-op, whoever read between",
+		events: []string{"n mg/shard Shard/s apply", "r mg/tablegroup Shard/", "n mg/shard Shard/s apply", "r mg/tablegroup Shard/", "w mg/shard Shard/s apply"},
+		modes:  []perturb.Mode{perturb.Conflict},
+		want:   map[string]string{"conflict@mg/shard:Shard/s#2": "conflict@mg/shard:Shard/s#1"},
+	}, {
+		// The kubelet's first status apply changed nothing, and it lists pods before the next: holding the
+		// pod from its manager from either write shows that manager the same pod at every moment.
+		name:   "held views from a no-op, whatever the held manager read",
+		events: []string{"n dataplane/kubelet Pod/p apply/status", "r dataplane/kubelet Pod/", "w dataplane/kubelet Pod/p apply/status", "c Pod/p", "r dataplane/kubelet Pod/", "w dataplane/kubelet Pod/p apply/status"},
+		modes:  []perturb.Mode{perturb.Stale},
+		want:   map[string]string{"stale@dataplane/kubelet:Pod/p#2": "stale@dataplane/kubelet:Pod/p#1"},
+	}, {
+		// A restart after the first status write or the second differs only in what the manager wrote
+		// after the first (which the fence refuses to the crashed instance), a Pod apply and the second
+		// status write, neither of which changed anything.
+		name:   "restarts with nothing changed between",
+		events: []string{"w mg/shard Shard/s update/status", "r mg/tablegroup Shard/s", "n mg/shard Pod/p apply", "n mg/shard Shard/s update/status"},
+		modes:  []perturb.Mode{perturb.Restart},
+		want:   map[string]string{"restart@mg/shard:Shard/s#2": "restart@mg/shard:Shard/s#1"},
+	}, {
+		// Three writes by two writers with no call to the pooler between them (a read does not matter), then
+		// a call, then a fourth write; HAKeeper is never called, so every outage of it is the first one; a
+		// third system's fake cannot say when it is called, so its outages all run.
+		name: "outages, by the calls between writes",
+		events: []string{"k hakeeper", "w mg/shard Shard/s", "w mg/shard Pod/p create", "r mg/shard Pod/p",
+			"w dataplane/kubelet Pod/p apply/status", "x pooler", "w mg/shard Shard/s"},
+		externals: []string{"pooler", "hakeeper", "unknown"},
 		modes:     []perturb.Mode{perturb.Down},
 		want: map[string]string{
-			"down(pooler)@mg/shard:Pod/p#1":          "down(pooler)@mg/shard:Shard/s#1",
-			"down(pooler)@dataplane/kubelet:Pod/p#1": "down(pooler)@mg/shard:Shard/s#1",
+			"down(pooler)@mg/shard:Pod/p#1":            "down(pooler)@mg/shard:Shard/s#1",
+			"down(pooler)@dataplane/kubelet:Pod/p#1":   "down(pooler)@mg/shard:Shard/s#1",
+			"down(hakeeper)@mg/shard:Shard/s#2":        "down(hakeeper)@mg/shard:Shard/s#1",
+			"down(hakeeper)@mg/shard:Pod/p#1":          "down(hakeeper)@mg/shard:Shard/s#1",
+			"down(hakeeper)@dataplane/kubelet:Pod/p#1": "down(hakeeper)@mg/shard:Shard/s#1",
 		},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -157,8 +197,9 @@ func TestPruneKeepsWhatTheRecordsCannotClear(t *testing.T) {
 }
 
 func TestPruneChangeTriggersByTheManagersReads(t *testing.T) {
-	// The Shard changes four times; mg reads it only after the third change; mg also wrote between the
-	// first two (its restart is told apart by that).
+	// The Shard changes four times; mg reads it only after the third change (which a stale view is told
+	// apart by, and a restart is not: the read goes with the crashed instance); mg also changed a Pod
+	// between the first two (which a restart is told apart by).
 	rec := timeline("s",
 		"w mg/shard Shard/s",
 		"c Shard/s",
@@ -169,17 +210,17 @@ func TestPruneChangeTriggersByTheManagersReads(t *testing.T) {
 		"c Shard/s",
 	)
 	got, _ := prunedBy(t, rec, rec, perturb.Restart, perturb.Stale)
-	for _, p := range []string{"stale@mg:Shard/s^2", "stale@mg:Shard/s^3", "restart@mg:Shard/s^3"} {
+	for _, p := range []string{"stale@mg:Shard/s^2", "stale@mg:Shard/s^3", "restart@mg:Shard/s^3", "restart@mg:Shard/s^4"} {
 		if _, ok := got[p]; !ok {
 			t.Errorf("%s not pruned; pruned %v", p, got)
 		}
 	}
-	for _, p := range []string{"stale@mg:Shard/s^4", "restart@mg:Shard/s^2", "restart@mg:Shard/s^4"} {
+	for _, p := range []string{"stale@mg:Shard/s^4", "restart@mg:Shard/s^2"} {
 		if by, ok := got[p]; ok {
 			t.Errorf("%s pruned by %s: the manager acted between", p, by)
 		}
 	}
-	if got["stale@mg:Shard/s^3"] != "stale@mg:Shard/s^1" || got["restart@mg:Shard/s^3"] != "restart@mg:Shard/s^2" {
+	if got["stale@mg:Shard/s^3"] != "stale@mg:Shard/s^1" || got["restart@mg:Shard/s^4"] != "restart@mg:Shard/s^2" {
 		t.Errorf("representatives %v", got)
 	}
 }
