@@ -125,7 +125,8 @@ func link(r *perturb.Record, m perturb.Mode, a, b int) bool {
 //     reads went with the crashed instance's state;
 //   - stale and coalesce from a hide from the writer's manager what changed the object between a and b:
 //     equivalent when nothing did (a a no-op, no other write of the object changed it, the event stream saw
-//     no change of it), so the manager's view is the same at every moment.
+//     no change of it), so the manager's view is the same at every moment. A hold may reach every object
+//     of the kind in that manager (a hold of its informer's whole stream), so this asks it of the kind.
 func sameWorld(r *perturb.Record, m perturb.Mode, a, b int) bool {
 	wa, wb := r.Writes[a], r.Writes[b]
 	obj, manager := wa.Object, managerOf(wa.Writer)
@@ -140,17 +141,25 @@ func sameWorld(r *perturb.Record, m perturb.Mode, a, b int) bool {
 		}
 		return true
 	case m == perturb.Stale || m == perturb.Coalesce:
+		// The hold may reach every object of the kind in that manager (the whole stream of its informer),
+		// so nothing of the kind may change between.
+		kind := kindOfObject(obj)
 		if wa.Changed() {
 			return false
 		}
 		for _, w := range append(r.Writes[a+1:b:b], othersIn(r, wa.At, wb.At)...) {
-			if w.Object == obj && w.Changed() {
+			if kindOfObject(w.Object) == kind && w.Changed() {
 				return false
 			}
 		}
-		for _, t := range r.ChangeTimes[obj] {
-			if t.After(wa.At) && t.Before(wb.At) {
-				return false
+		for o, times := range r.ChangeTimes {
+			if kindOfObject(o) != kind {
+				continue
+			}
+			for _, t := range times {
+				if t.After(wa.At) && t.Before(wb.At) {
+					return false
+				}
 			}
 		}
 		return true
@@ -169,7 +178,8 @@ func sameWorld(r *perturb.Record, m perturb.Mode, a, b int) bool {
 //     the object between them, and the manager's writes of other objects between them are what the
 //     earlier crash leaves undone, so any of them breaks the link too;
 //   - stale and coalesce hide the object from the writer's manager from a instead of from b: only that
-//     manager's reads (the writer's own included) see the difference.
+//     manager's reads (the writer's own included) see the difference, of any object of the kind (a hold
+//     may reach the kind's whole stream).
 func unread(r *perturb.Record, m perturb.Mode, a, b int) bool {
 	wa, wb := r.Writes[a], r.Writes[b]
 	obj, writer := wa.Object, wa.Writer
@@ -189,15 +199,16 @@ func unread(r *perturb.Record, m perturb.Mode, a, b int) bool {
 		}
 	}
 	for _, rd := range readsIn(r, wa.At, wb.At) {
-		if !rd.Covers(obj) {
-			continue
-		}
 		switch m {
 		case perturb.Stale, perturb.Coalesce:
-			if managerOf(rd.Reader) == manager {
+			// Any read of the kind: the hold may reach the whole stream of the kind's informer.
+			if managerOf(rd.Reader) == manager && kindOfObject(rd.Object) == kindOfObject(obj) {
 				return false
 			}
 		default:
+			if !rd.Covers(obj) {
+				continue
+			}
 			if rd.Reader != writer {
 				return false
 			}
@@ -350,7 +361,7 @@ func changeLink(r *perturb.Record, p perturb.Point, j int) bool {
 		return true
 	}
 	for _, rd := range readsIn(r, from, to) {
-		if managerOf(rd.Reader) == mgr && rd.Covers(p.Object) {
+		if managerOf(rd.Reader) == mgr && kindOfObject(rd.Object) == kindOfObject(p.Object) {
 			return false
 		}
 	}

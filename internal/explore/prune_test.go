@@ -182,6 +182,9 @@ func TestPruneKeepsWhatTheRecordsCannotClear(t *testing.T) {
 			r.ReadsRecorded = false
 			return r
 		}(), timeline("s", "w mg/shard Shard/s", "w mg/shard Shard/s"), []perturb.Mode{perturb.Conflict}, 0},
+		{"another object of the held kind changed between (a hold may reach the kind's whole stream)",
+			timeline("s", "n dataplane/kubelet Pod/p apply/status", "c Pod/q", "r dataplane/kubelet Pod/q", "n dataplane/kubelet Pod/p apply/status"),
+			timeline("s", "n dataplane/kubelet Pod/p apply/status", "n dataplane/kubelet Pod/p apply/status"), []perturb.Mode{perturb.Stale}, 0},
 		{"nothing between, both runs", timeline("s", "w mg/shard Shard/s", "w mg/shard Shard/s"),
 			timeline("s", "w mg/shard Shard/s", "w mg/shard Shard/s"), []perturb.Mode{perturb.Conflict}, 1},
 		{"the restarted manager wrote another object between", timeline("s", "w mg/shard Shard/s", "w mg/shard Pod/p", "w mg/shard Shard/s"),
