@@ -2,10 +2,11 @@ package suite
 
 import (
 	"context"
-	"reflect"
+	"sort"
 	"sync"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -17,40 +18,48 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 )
 
-// holds is one manager instance's set of held objects: the changes of a held object reach that manager's
-// informers (its cache and its event handlers) only when the hold is released.
+// holds is one manager instance's set of held watch streams, by kind: while a kind is held, every event the
+// manager's informers of that kind read from the API server (of every object of the kind, in every
+// namespace, and every bookmark) waits in the order it was read, so that manager's view of the kind lags as
+// a whole, as behind a slow watch: its informers' resourceVersion stays where the hold began, and what they
+// are handed later comes in resourceVersion order.
 //
 // Every informer the manager's cache builds lists and watches through a heldInformer, and each of its
-// watches through a heldWatch that takes the events of held objects out of the stream. A relist of the
-// informer (a list, or a watch that streams the initial state) shows the fresh state of every object, held
-// or not, and drops the events held before it: delivering them afterwards would take the cache back. A
-// watch that merely restarts from the informer's last resourceVersion (the reflector's watch timeout of 5 to
-// 10 minutes) keeps them: the new watch will not send them again, so it delivers them at release.
+// watches through a heldWatch that takes the events out of the stream while the informer's kind is held. A
+// stale release hands the held events to the informer's current watch, in order. A coalescing release makes
+// the informer relist: its watch ends with 410 Expired, as a watch whose resourceVersion the API server
+// compacted, and the reflector lists again, so the informer gets the net state of every object of the kind
+// at once. A relist of the informer (a list, or a watch that streams the initial state) shows the fresh state
+// of every object and drops the events held before it: delivering them afterwards would take the cache back.
+// A watch that merely restarts (the reflector's watch timeout of 5 to 10 minutes, or an error) resumes from
+// the informer's resourceVersion, before every held event, so the API server sends them again: the
+// informer drops those it kept, and the new watch's are held again or flow, as the hold then stands.
 type holds struct {
 	scheme *runtime.Scheme
 	// changed, when set, is asked about every event the watches read past the initial state; a change
-	// trigger it returns fires on that event, before the informer gets it, and holds it when its mode holds
-	// (see Suite.changeAt).
+	// trigger it returns fires on that event, before the informer gets it, and holds its kind from that
+	// event on when its mode holds (see Suite.changeAt).
 	changed func(k heldKey, ev watch.Event) *changeTrigger
 
 	mu        sync.Mutex
-	held      map[heldKey]*heldClaims
+	held      map[string]*heldClaims
 	informers []*heldInformer
 }
 
-// heldKey names one object of one kind (the kind as in the scheme, without group).
+// heldKey names one object of one kind (the kind as in the scheme, without group): what a change trigger
+// counts the changes of.
 type heldKey struct{ kind, namespace, name string }
 
-// heldClaims counts the holds on one object; ordered is set when one of them asked for every event rather
-// than the net change, and then every event is delivered.
+// heldClaims counts the holds on one kind by the namespace of the case whose point made each; ordered is set
+// when one of them asked for every event rather than a relist, and then every event is delivered.
 type heldClaims struct {
-	n       int
+	by      map[string]int
 	ordered bool
 }
 
 // newHolds returns an empty set of holds for a manager whose kinds scheme names.
 func newHolds(scheme *runtime.Scheme) *holds {
-	return &holds{scheme: scheme, held: map[heldKey]*heldClaims{}}
+	return &holds{scheme: scheme, held: map[string]*heldClaims{}}
 }
 
 // wrapCache returns o with NewInformer set so every informer the manager's cache builds watches through h
@@ -72,86 +81,85 @@ func (h *holds) wrapCache(o cache.Options) cache.Options {
 			// A kind nobody can name is one nobody can hold: its informer watches unwrapped.
 			return next(lw, example, resync, idx)
 		}
-		return next(h.informer(lw, example, gvk), example, resync, idx)
+		return next(h.informer(lw, gvk), example, resync, idx)
 	}
 	return o
 }
 
-// informer wraps the ListerWatcher of one informer whose example object is example, of kind gvk.
-func (h *holds) informer(lw toolscache.ListerWatcher, example runtime.Object, gvk schema.GroupVersionKind) *heldInformer {
+// informer wraps the ListerWatcher of one informer of kind gvk.
+func (h *holds) informer(lw toolscache.ListerWatcher, gvk schema.GroupVersionKind) *heldInformer {
 	in := &heldInformer{h: h, inner: toolscache.ToListerWatcherWithContext(lw),
-		noWatchList: watchlist.DoesClientNotSupportWatchListSemantics(lw),
-		kind:        gvk.Kind, gvk: gvk, example: example, pending: map[heldKey][]watch.Event{}}
+		noWatchList: watchlist.DoesClientNotSupportWatchListSemantics(lw), kind: gvk.Kind}
 	h.mu.Lock()
 	h.informers = append(h.informers, in)
 	h.mu.Unlock()
 	return in
 }
 
-// hold starts holding the watch events of kind/namespace/name (kind as in the scheme, e.g. "Pod", "Shard")
-// from now on. With coalesce, only the net last held state is delivered at release (ADDED then DELETED
-// nets to nothing; an object the informer already had and that was modified/deleted gets one MODIFIED or
-// DELETED event); without, every held event is delivered in order. release delivers and ends the hold;
-// safe to call more than once and concurrently; after release, events flow again. Holding an object
-// already held returns a release that ends only the new hold's claim (holds nest: the object flows again
-// when every hold on it was released). The held events are delivered coalesced only when every claim on
-// the object asked for it.
-func (h *holds) hold(kind, namespace, name string, coalesce bool) (release func()) {
+// hold starts holding the watch stream of kind (as in the scheme, e.g. "Pod", "Shard") in every informer of
+// the manager from now on, for a point of the case in namespace ns (which heldBy reports). Without coalesce
+// the release delivers every held event in the order read; with it, the informers relist (the held events
+// are dropped and each informer gets the net state of every object: an object added and deleted while held
+// never shows, one modified shows once, in its last state). release delivers and ends the hold; safe to call
+// more than once and concurrently; after release, events flow again. Holding a kind already held returns a
+// release that ends only the new hold's claim (holds nest: the stream flows again when every hold on it was
+// released), and the informers relist only when every claim on the kind asked for coalesce.
+func (h *holds) hold(kind, ns string, coalesce bool) (release func()) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return h.claim(heldKey{kind, namespace, name}, coalesce)
+	return h.claim(kind, ns, coalesce)
 }
 
-// heldIn returns the held objects of namespace ns.
-func (h *holds) heldIn(ns string) []heldKey {
+// heldBy returns the kinds held by points of the case in namespace ns, sorted.
+func (h *holds) heldBy(ns string) []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	var out []heldKey
-	for k := range h.held {
-		if k.namespace == ns {
-			out = append(out, k)
+	var out []string
+	for kind, c := range h.held {
+		if c.by[ns] > 0 {
+			out = append(out, kind)
 		}
 	}
+	sort.Strings(out)
 	return out
 }
 
-// claim adds one hold on k and returns its release (hold's). Called with h.mu held.
-func (h *holds) claim(k heldKey, coalesce bool) (release func()) {
-	c := h.held[k]
+// claim adds one hold on kind for namespace ns and returns its release (hold's). Called with h.mu held.
+func (h *holds) claim(kind, ns string, coalesce bool) (release func()) {
+	c := h.held[kind]
 	if c == nil {
-		c = &heldClaims{}
-		h.held[k] = c
+		c = &heldClaims{by: map[string]int{}}
+		h.held[kind] = c
 	}
-	c.n++
+	c.by[ns]++
 	c.ordered = c.ordered || !coalesce
 	var once sync.Once
-	return func() { once.Do(func() { h.release(k) }) }
+	return func() { once.Do(func() { h.release(kind, ns) }) }
 }
 
-// release ends one claim on k; the last one hands every informer's held events of k to its current watch.
-func (h *holds) release(k heldKey) {
+// release ends one claim on kind by namespace ns; the last one hands every informer's held events of the
+// kind to its current watch, or makes the informer relist.
+func (h *holds) release(kind, ns string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	c := h.held[k]
-	if c.n--; c.n > 0 {
+	c := h.held[kind]
+	if c.by[ns]--; c.by[ns] == 0 {
+		delete(c.by, ns)
+	}
+	if len(c.by) > 0 {
 		return
 	}
-	delete(h.held, k)
+	delete(h.held, kind)
 	for _, in := range h.informers {
-		evs, ok := in.pending[k]
-		if !ok {
+		if in.kind != kind {
 			continue
 		}
-		delete(in.pending, k)
-		if !c.ordered {
-			evs = netChange(evs)
-		}
-		if len(evs) == 0 {
-			continue
-		}
-		in.ready = append(in.ready, evs...)
-		if b, ok := in.bookmark(); ok {
-			in.ready = append(in.ready, b)
+		if c.ordered {
+			in.ready = append(in.ready, in.pending...)
+			in.pending = nil
+		} else {
+			in.drop()
+			in.expire = true
 		}
 		if in.current != nil {
 			select {
@@ -162,42 +170,23 @@ func (h *holds) release(k heldKey) {
 	}
 }
 
-// netChange is the one event that takes an informer from its state before evs to the state after them:
-// none when the object was added and deleted again, ADDED when it was new, DELETED when it went, else
-// MODIFIED with the last state.
-func netChange(evs []watch.Event) []watch.Event {
-	had := evs[0].Type != watch.Added
-	last := evs[len(evs)-1]
-	switch {
-	case last.Type == watch.Deleted && !had:
-		return nil
-	case last.Type == watch.Deleted:
-		return []watch.Event{last}
-	case had:
-		return []watch.Event{{Type: watch.Modified, Object: last.Object}}
-	default:
-		return []watch.Event{{Type: watch.Added, Object: last.Object}}
-	}
-}
-
 // heldInformer is the ListerWatcher one informer of the manager's cache lists and watches through: it keeps
-// the events its watches took out of their streams (pending, by object) and the released ones its current
-// watch has not delivered yet (ready).
+// the events its watches took out of their streams while its kind was held (pending, in the order read) and
+// the released ones its current watch has not delivered yet (ready).
 type heldInformer struct {
 	h           *holds
 	inner       toolscache.ListerWatcherWithContext
 	noWatchList bool
 	kind        string
-	gvk         schema.GroupVersionKind
-	example     runtime.Object
 
-	// Guarded by h.mu. epoch counts relists; lastRV is the newest resourceVersion read from the API server
-	// since the last one; current is the watch the informer reads now (nil between watches); since is when
-	// its first watch opened (what it delivers as changes begins then).
-	pending map[heldKey][]watch.Event
+	// Guarded by h.mu. epoch counts drops of pending and ready (a relist, a restarted watch); expire is set by
+	// a coalescing release until a watch of the informer ended with 410 Expired (or it relisted); current is
+	// the watch the informer reads now (nil between watches); since is when its first watch opened (what it
+	// delivers as changes begins then).
+	pending []watch.Event
 	ready   []watch.Event
 	epoch   int
-	lastRV  string
+	expire  bool
 	current *heldWatch
 	since   time.Time
 }
@@ -221,15 +210,14 @@ func (in *heldInformer) ListWithContext(ctx context.Context, opts metav1.ListOpt
 	}
 	in.h.mu.Lock()
 	in.relisted()
-	if la, err := meta.ListAccessor(list); err == nil {
-		in.lastRV = la.GetResourceVersion()
-	}
 	in.h.mu.Unlock()
 	return list, nil
 }
 
 // WatchWithContext opens the wrapped watch and returns it behind a heldWatch, which becomes the informer's
-// current watch. A watch that streams the initial state (SendInitialEvents) is a relist, as List is.
+// current watch. A watch that streams the initial state (SendInitialEvents) is a relist, as List is; any
+// other resumes from the informer's resourceVersion, which no held event reached, so the API server sends
+// the held events again and the informer drops its own.
 func (in *heldInformer) WatchWithContext(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
 	iw, err := in.inner.WatchWithContext(ctx, opts)
 	if err != nil || iw == nil {
@@ -240,6 +228,8 @@ func (in *heldInformer) WatchWithContext(ctx context.Context, opts metav1.ListOp
 	in.h.mu.Lock()
 	if w.initial {
 		in.relisted()
+	} else {
+		in.drop()
 	}
 	if in.since.IsZero() {
 		in.since = time.Now()
@@ -254,38 +244,30 @@ func (in *heldInformer) WatchWithContext(ctx context.Context, opts metav1.ListOp
 // initial state exactly when it would without the wrapper.
 func (in *heldInformer) IsWatchListSemanticsUnSupported() bool { return in.noWatchList }
 
-// relisted drops what was held or released before a relist. Called with h.mu held.
+// relisted drops what was held or released before a relist, which is also the relist a coalescing release
+// asked for. Called with h.mu held.
 func (in *heldInformer) relisted() {
-	in.pending = map[heldKey][]watch.Event{}
+	in.drop()
+	in.expire = false
+}
+
+// drop forgets the held and released events not delivered yet. Called with h.mu held.
+func (in *heldInformer) drop() {
+	in.pending = nil
 	in.ready = nil
 	in.epoch++
-	in.lastRV = ""
 }
 
-// bookmark is a BOOKMARK event at the newest resourceVersion read, delivered after released events so the
-// reflector resumes from there and not from the older resourceVersion of the last released event. false
-// when there is none to give. Called with h.mu held.
-func (in *heldInformer) bookmark() (watch.Event, bool) {
-	t := reflect.TypeOf(in.example)
-	if in.lastRV == "" || t == nil || t.Kind() != reflect.Pointer {
-		return watch.Event{}, false
-	}
-	obj, ok := reflect.New(t.Elem()).Interface().(runtime.Object)
-	if !ok {
-		return watch.Event{}, false
-	}
-	a, err := meta.Accessor(obj)
-	if err != nil {
-		return watch.Event{}, false
-	}
-	obj.GetObjectKind().SetGroupVersionKind(in.gvk)
-	a.SetResourceVersion(in.lastRV)
-	return watch.Event{Type: watch.Bookmark, Object: obj}, true
+// expired is the event that ends a watch whose resourceVersion the API server no longer has: the reflector
+// answers it with a relist.
+func expired(kind string) watch.Event {
+	st := apierrors.NewResourceExpired("the watch of " + kind + " was released by a coalescing point: relist").Status()
+	return watch.Event{Type: watch.Error, Object: &st}
 }
 
-// heldWatch is the watch.Interface an informer reads: the wrapped watch's events in order, less those of
-// held objects, with released events delivered before the next one. Its goroutine ends on Stop or when the
-// wrapped watch ends.
+// heldWatch is the watch.Interface an informer reads: the wrapped watch's events in order while its kind is
+// not held, with released events delivered before the next one. Its goroutine ends on Stop, when the wrapped
+// watch ends, or once it handed the informer the 410 of a coalescing release.
 type heldWatch struct {
 	in    *heldInformer
 	inner watch.Interface
@@ -303,7 +285,7 @@ type heldWatch struct {
 func (w *heldWatch) ResultChan() <-chan watch.Event { return w.out }
 
 // Stop stops the wrapped watch and waits for the goroutine to end. Released events it had not delivered
-// stay with the informer for its next watch. Safe to call more than once.
+// stay with the informer until its next watch opens. Safe to call more than once.
 func (w *heldWatch) Stop() {
 	w.once.Do(func() {
 		close(w.stop)
@@ -312,7 +294,7 @@ func (w *heldWatch) Stop() {
 	<-w.done
 }
 
-// run forwards the wrapped watch's events until Stop or the wrapped watch's end.
+// run forwards the wrapped watch's events until Stop, the wrapped watch's end or a coalescing release.
 func (w *heldWatch) run() {
 	defer close(w.done)
 	defer close(w.out)
@@ -337,9 +319,9 @@ func (w *heldWatch) run() {
 	}
 }
 
-// take records ev's resourceVersion and keeps ev when it is an event of a held object; it reports whether
-// ev passes. A change trigger that fires on ev (holds.changed) is carried out once h.mu is released and
-// before ev reaches the informer; one that holds holds ev itself.
+// take keeps ev when the informer's kind is held; it reports whether ev passes. A change trigger that fires
+// on ev (holds.changed) is carried out once h.mu is released and before ev reaches the informer; one that
+// holds holds ev itself and every event after it.
 func (w *heldWatch) take(ev watch.Event) bool {
 	pass, fired, release := w.takeLocked(ev)
 	if fired != nil {
@@ -360,43 +342,44 @@ func (w *heldWatch) takeLocked(ev watch.Event) (pass bool, fired *changeTrigger,
 	in.h.mu.Lock()
 	defer in.h.mu.Unlock()
 	if w.initial {
-		// Initial events come in no resourceVersion order; the end bookmark carries the list's.
+		// Initial events come in no resourceVersion order, as a list's items; the end bookmark ends them.
 		if ev.Type == watch.Bookmark && a.GetAnnotations()[metav1.InitialEventsAnnotationKey] == "true" {
 			w.initial = false
-			in.lastRV = a.GetResourceVersion()
 		}
 		return true, nil, nil
 	}
-	in.lastRV = a.GetResourceVersion()
-	if ev.Type == watch.Bookmark {
-		return true, nil, nil
-	}
-	k := heldKey{in.kind, a.GetNamespace(), a.GetName()}
-	if in.h.changed != nil {
+	if ev.Type != watch.Bookmark && in.h.changed != nil {
+		k := heldKey{in.kind, a.GetNamespace(), a.GetName()}
 		if fired = in.h.changed(k, ev); fired != nil && fired.holds() {
-			release = in.h.claim(k, fired.coalesce())
+			release = in.h.claim(in.kind, fired.pl.ns, fired.coalesce())
 		}
 	}
-	if in.h.held[k] == nil {
-		return true, fired, nil
+	if in.h.held[in.kind] == nil {
+		return true, fired, release
 	}
-	for _, p := range in.pending[k] {
-		// A watch restarted from an older resourceVersion sends again what the last one held.
-		if pa, err := meta.Accessor(p.Object); err == nil && p.Type == ev.Type && pa.GetResourceVersion() == a.GetResourceVersion() {
-			return false, fired, release
-		}
-	}
-	in.pending[k] = append(in.pending[k], ev)
+	// A bookmark is held too: it would carry the informer's resourceVersion past the held events.
+	in.pending = append(in.pending, ev)
 	return false, fired, release
 }
 
-// flush delivers the informer's released events while w is its current watch; false when w was stopped.
-// An event leaves ready only once delivered, so one a stopped watch could not deliver stays for the next.
+// flush delivers the informer's released events while w is its current watch, or ends w with 410 Expired
+// after a coalescing release; false when w was stopped or ended. An event leaves ready only once delivered,
+// so one a stopped watch could not deliver stays until the informer's next watch opens.
 func (w *heldWatch) flush() bool {
 	in := w.in
 	for {
 		in.h.mu.Lock()
-		if in.current != w || w.initial || len(in.ready) == 0 {
+		if in.current != w || w.initial {
+			in.h.mu.Unlock()
+			return true
+		}
+		if in.expire {
+			in.h.mu.Unlock()
+			// The reflector stops the watch and relists; the relist clears expire.
+			w.send(expired(in.kind))
+			return false
+		}
+		if len(in.ready) == 0 {
 			in.h.mu.Unlock()
 			return true
 		}

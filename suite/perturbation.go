@@ -57,7 +57,7 @@ type armed struct {
 // changeTrigger is a point with a change trigger. The watches of its writer's manager count the changes of
 // its object (as the suite's event stream counts them: a creation, a deletion, an update of a field besides
 // resourceVersion, managedFields and timestamps), and the point fires on the Change-th before that manager's
-// informers receive it: stale and coalesce hold that change too, a fault refuses the manager's next write,
+// informers receive it: stale and coalesce hold the kind's stream from that change on, the change included, a fault refuses the manager's next write,
 // restart fences the manager before it could act on the change, down and slow begin. Counting in the
 // manager's own watch, not in the stream, makes the firing exact relative to what the manager saw. Guarded
 // by Suite.chmu.
@@ -72,7 +72,7 @@ type changeTrigger struct {
 	done bool
 }
 
-// holds reports whether the trigger's mode holds the object's events (stale, coalesce).
+// holds reports whether the trigger's mode holds the watch stream of the object's kind (stale, coalesce).
 func (ch *changeTrigger) holds() bool {
 	return ch.a.p.Mode == perturb.Stale || ch.a.p.Mode == perturb.Coalesce
 }
@@ -215,7 +215,7 @@ func (ch *changeTrigger) fire(release func()) {
 		return
 	}
 	what := fmt.Sprintf("%s at %s/%s (its change %d, as %s's watch delivered it", p, ch.key.kind, ch.key.name, ch.n, p.Manager())
-	_, restart := ch.s.fire(pl, ch.a, what, p.Manager(), ch.key.kind, ch.key.name, nil, release)
+	_, restart := ch.s.fire(pl, ch.a, what, p.Manager(), ch.key.kind, nil, release)
 	pl.mu.Unlock()
 	if restart {
 		ch.s.restart(pl, p.Manager(), p)
@@ -223,12 +223,12 @@ func (ch *changeTrigger) fire(release func()) {
 }
 
 // fire carries out a, whose point p fired, in plan pl (called with pl.mu held): the one place that
-// dispatches on p's mode. what says where it fired, for the case's report. manager, kind and name are the
-// writer's manager and the object. On a write trigger (w set) a fault refuses w (refuse is set) and a
+// dispatches on p's mode. what says where it fired, for the case's report. manager is the writer's manager
+// and kind the object's, whose watch stream a held mode holds in that manager. On a write trigger (w set) a fault refuses w (refuse is set) and a
 // restart waits for w to be done; on a change trigger a fault refuses the writer's next write and the
 // restart is due at once. Either way restart asks the caller to restart manager once pl.mu is released.
 // release is the hold a change trigger's watch already began (stale, coalesce), nil otherwise.
-func (s *Suite) fire(pl *plan, a *armed, what, manager, kind, name string, w *Write, release func()) (refuse, restart bool) {
+func (s *Suite) fire(pl *plan, a *armed, what, manager, kind string, w *Write, release func()) (refuse, restart bool) {
 	p := a.p
 	if w != nil && w.Point == "" {
 		w.Point = p.String()
@@ -252,7 +252,7 @@ func (s *Suite) fire(pl *plan, a *armed, what, manager, kind, name string, w *Wr
 		} else {
 			pl.note(what + ")")
 		}
-		if f := s.startHeld(pl, p, manager, kind, name, release); f != nil {
+		if f := s.startHeld(pl, p, manager, kind, release); f != nil {
 			pl.held = append(pl.held, f)
 		}
 	}
@@ -310,7 +310,7 @@ func (s *Suite) perturbBefore(w *Write, gr schema.GroupResource) fired {
 		}
 		p := a.p
 		what := fmt.Sprintf("%s at %s/%s (%s by %s", p, w.Kind, w.Name, w.Verb, writer)
-		refuse, restart := s.fire(pl, a, what, w.Manager, w.Kind, w.Name, w, nil)
+		refuse, restart := s.fire(pl, a, what, w.Manager, w.Kind, w, nil)
 		if refuse && out.err == nil {
 			out.err = p.Error(gr, w.Name)
 		}
@@ -403,10 +403,11 @@ func (s *Suite) restart(pl *plan, manager string, p perturb.Point) {
 	}()
 }
 
-// startHeld begins a held point p that fired on kind/name of the plan's namespace, for manager (called with
-// pl.mu held), and returns its firing; nil when it could not begin (the reason is kept for the case's
-// cleanup). release, when set, is the hold a change trigger's watch already began.
-func (s *Suite) startHeld(pl *plan, p perturb.Point, manager, kind, name string, release func()) *firing {
+// startHeld begins a held point p that fired on an object of kind in the plan's namespace, for manager
+// (called with pl.mu held): stale and coalesce hold manager's watch stream of kind (holds.hold). It returns
+// its firing; nil when it could not begin (the reason is kept for the case's cleanup). release, when set, is
+// the hold a change trigger's watch already began.
+func (s *Suite) startHeld(pl *plan, p perturb.Point, manager, kind string, release func()) *firing {
 	f := &firing{p: p, left: p.For, release: release, ended: make(chan struct{})}
 	switch {
 	case release != nil:
@@ -418,7 +419,7 @@ func (s *Suite) startHeld(pl *plan, p perturb.Point, manager, kind, name string,
 			pl.errs = append(pl.errs, fmt.Sprintf("point %s: manager %s is not running", p, manager))
 			return nil
 		}
-		f.release = m.holds.hold(kind, s.objectNamespace(kind, pl.ns), name, p.Mode == perturb.Coalesce)
+		f.release = m.holds.hold(kind, pl.ns, p.Mode == perturb.Coalesce)
 	case p.Mode == perturb.Down || p.Mode == perturb.Slow:
 		ext, err := s.external(p.System)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -123,6 +125,34 @@ func testPerturbation(t *testing.T, s *Suite) {
 			t.Fatal(err)
 		}
 		NewWithT(t).Eventually(cached).WithTimeout(patience).Should(Equal("yes"))
+	})
+	t.Run("a stale point lags the kind's whole stream in resourceVersion order", func(t *testing.T) {
+		// A slow watch delivers every object's events late and in resourceVersion order: holding the
+		// marker's write of first must hold second's later creation too, or op would learn of second
+		// (and mark it) before it learns that first was marked.
+		c := s.NewCase(t)
+		delivered := opDeliveries(t, s, c, "first", "second")
+		const lag = 2 * time.Second
+		c.Perturb(perturb.Point{Mode: perturb.Stale, Writer: "op/configmap", Object: "ConfigMap/first", Trigger: perturb.Nth(1), Lag: lag})
+		createSeen(t, c, "first")
+		if err := c.Create(cm("second", false)); err != nil {
+			t.Fatal(err)
+		}
+		NewWithT(t).Eventually(cachedSeen(t, s, c, "second")).WithTimeout(patience + lag).Should(Equal("yes"))
+		NewWithT(t).Eventually(cachedSeen(t, s, c, "first")).WithTimeout(patience).Should(Equal("yes"))
+		got := delivered()
+		last := 0
+		for _, d := range got {
+			if d.rv < last {
+				t.Fatalf("op's informer delivered %v: resourceVersion %d after %d", got, d.rv, last)
+			}
+			last = d.rv
+		}
+		marked := slices.IndexFunc(got, func(d delivery) bool { return d.name == "first" && d.seen })
+		created := slices.IndexFunc(got, func(d delivery) bool { return d.name == "second" })
+		if marked < 0 || created < 0 || marked > created {
+			t.Fatalf("op's informer delivered %v: want the marker's write of first before second's creation", got)
+		}
 	})
 	t.Run("a quiescence check ends a hold that lasts until quiet", func(t *testing.T) {
 		c := s.NewCase(t)
@@ -383,6 +413,52 @@ func onlyRecord(t *testing.T, dir string) (perturb.Record, []byte) {
 	return r, b
 }
 
+// delivery is one event op's ConfigMap informer handed its handlers: the object's name, resourceVersion and
+// whether data.seen was set.
+type delivery struct {
+	name string
+	rv   int
+	seen bool
+}
+
+// opDeliveries records the events op's ConfigMap informer hands its handlers for the case's ConfigMaps
+// names, in the order handed, until the test ends; the func returns them so far.
+func opDeliveries(t *testing.T, s *Suite, c *Case, names ...string) func() []delivery {
+	t.Helper()
+	s.mu.Lock()
+	m := s.managers["op"]
+	s.mu.Unlock()
+	inf, err := m.mgr.GetCache().GetInformer(t.Context(), &corev1.ConfigMap{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var got []delivery
+	add := func(o any) {
+		cm, ok := o.(*corev1.ConfigMap)
+		if !ok || cm.Namespace != c.Namespace || !slices.Contains(names, cm.Name) {
+			return
+		}
+		rv, err := strconv.Atoi(cm.ResourceVersion)
+		if err != nil {
+			t.Errorf("ConfigMap %s: resourceVersion %q", cm.Name, cm.ResourceVersion)
+		}
+		mu.Lock()
+		got = append(got, delivery{cm.Name, rv, cm.Data["seen"] == "yes"})
+		mu.Unlock()
+	}
+	reg, err := inf.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: add, UpdateFunc: func(_, o any) { add(o) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = inf.RemoveEventHandler(reg) })
+	return func() []delivery {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
+	}
+}
+
 // cachedSeen reads data.seen of the case's ConfigMap name from the op manager's cache (the error's text when
 // it has none).
 func cachedSeen(t *testing.T, s *Suite, c *Case, name string) func() string {
@@ -578,10 +654,10 @@ func testRuns(t *testing.T, s *Suite) {
 		if msg := strings.Join(append(p.Fatals(), p.Errors()...), "\n"); msg != "" {
 			t.Fatalf("run 1: %s", msg)
 		}
-		// What a harness bug could leave behind: a plan, an admission, a held object, a goroutine.
+		// What a harness bug could leave behind: a plan, an admission, a held watch, a goroutine.
 		s.arm(s.planFor(ns, true), conflict)
 		s.gate.admit(ns)
-		release := running().holds.hold("ConfigMap", ns, "kept", false)
+		release := running().holds.hold("ConfigMap", ns, false)
 		block := make(chan struct{})
 		goCase(ns, func() { <-block })
 		defer func() {
@@ -596,7 +672,7 @@ func testRuns(t *testing.T, s *Suite) {
 		p.RunCleanups()
 		got := strings.Join(p.Fatals(), "\n")
 		for _, want := range []string{"run 2 of \"leaky runs\" cannot begin", "plan of namespace " + ns + " is still armed",
-			"namespace " + ns + " is still admitted", "holds back ConfigMap/kept of namespace " + ns,
+			"namespace " + ns + " is still admitted", "holds back its ConfigMap watch for a point of namespace " + ns,
 			"1 goroutines the harness started for namespace " + ns} {
 			if !strings.Contains(got, want) {
 				t.Errorf("run 2 failed with %q, want it to say %q", got, want)

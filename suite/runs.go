@@ -212,8 +212,8 @@ func (s *Suite) isolation(cases []*Case, managers []string) error {
 		}
 		s.chmu.Unlock()
 		for _, m := range running {
-			for _, k := range m.holds.heldIn(ns) {
-				left = append(left, fmt.Sprintf("manager %s's cache still holds back %s/%s of namespace %s", m.Name, k.kind, k.name, ns))
+			for _, kind := range m.holds.heldBy(ns) {
+				left = append(left, fmt.Sprintf("manager %s's cache still holds back its %s watch for a point of namespace %s", m.Name, kind, ns))
 			}
 		}
 		if s.gate.admitted(ns) {

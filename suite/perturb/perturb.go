@@ -1,5 +1,5 @@
 // Package perturb names the perturbation points ensemble can set on a case: an API fault answered to a chosen
-// write, a manager restarted right after one, a manager's stale or coalesced view of an object, an external
+// write, a manager restarted right after one, a manager's stale or coalesced view of a kind, an external
 // system down or slow. A point is triggered by writes or by changes, never by wall time, so a rerun sets it
 // at the same place. Parse and Point.String are inverses, so a point travels as one string: in ENSEMBLE_PERTURB, in make
 // explore's table and in the command that reruns it. See docs/architecture.md §3 Perturbation.
@@ -33,11 +33,14 @@ const (
 	// Restart lets the write through, then stops the writer's manager (its later writes are refused, as a
 	// crashed process makes none) and starts a fresh one from the same ManagerOptions, on new caches.
 	Restart Mode = "restart"
-	// Stale lets the write through; from then on the changes of the written object reach the writer's
-	// manager's cache only when the point is released, all of them in order.
+	// Stale lets the write through; from then on the writer's manager's watch stream of the written
+	// object's kind lags: the events of every object of that kind (the write's own change included) reach
+	// that manager's cache only when the point is released, all of them in resourceVersion order, as behind
+	// a slow watch.
 	Stale Mode = "stale"
-	// Coalesce is Stale that delivers only the net last change at release: the intermediate states are never
-	// observed by that manager.
+	// Coalesce is Stale whose release makes the manager's informers of the kind relist instead: the held
+	// events are dropped and the informers get the net state of every object, so that manager never
+	// observes the intermediate states.
 	Coalesce Mode = "coalesce"
 	// Down makes the external system named System unavailable in the case's namespace from the write until
 	// the point is released.
@@ -64,8 +67,8 @@ func (m Mode) Held() bool {
 // counts the writes of Writer (on Object, when set) in the case's namespace from 1. A change trigger
 // (Change) counts the changes of Object, whoever made them, as Writer's manager's watch delivers them, and
 // fires before that manager's cache sees the change: a fault mode then refuses Writer's next write, restart
-// restarts Writer's manager before it could act on the change, stale and coalesce hold Object from that
-// manager's cache from that change on (the change included), down and slow begin there. Validate says
+// restarts Writer's manager before it could act on the change, stale and coalesce hold that manager's watch
+// stream of Object's kind from that change on (the change included), down and slow begin there. Validate says
 // whether a point can be carried out; Parse and Case.Perturb both ask it.
 type Point struct {
 	// Mode is what happens when the point fires.
@@ -328,9 +331,9 @@ func (p Point) Error(resource schema.GroupResource, name string) error {
 // for example "conflict@multigres/multigres-shard:Shard/mg-db-tg-0#3", "restart@matrixone#5",
 // "stale@multigres/multigres-shard:Pod/mg-db-tg-0-pool-0#1+4", "slow(hakeeper,200ms)@matrixone%2" and
 // "coalesce@multigres/multigres-shard:Pod/mg-db-tg-0-pool-0^3" (from the pod's third change) and
-// "stale@capi/machinedeployment#1+15s" (the first write's object held from that manager for 15 s) and
-// "stale@capi/machineset:Machine/*2#1+15s" (the first write on the second Machine that controller wrote,
-// its create, held for 15 s).
+// "stale@capi/machinedeployment#1+15s" (that manager's watch of the first write's kind held for 15 s from
+// that write on) and "stale@capi/machineset:Machine/*2#1+15s" (the first write on the second Machine that
+// controller wrote, its create: that manager's Machine watch held for 15 s from it).
 func (p Point) String() string {
 	var b strings.Builder
 	b.WriteString(string(p.Mode))
