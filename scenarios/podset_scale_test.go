@@ -101,6 +101,9 @@ var _ = Describe("matrixone pod-set scaling", Label("matrixone"), func() {
 			setScaled("LogSet", names.LogSet), setScaled("DNSet", names.DNSet))...)
 		sc.RequireFinish(500 * time.Millisecond)
 
+		// The sets are Ready once the operator has settled, not at the end of the script's window: a pass that
+		// reads its pods late (a lagging cache, a retried write) writes the last status after it.
+		c.RequireQuiescent(300*time.Millisecond, claimTimeout)
 		Expect(fixtures.MatrixOneReady(GinkgoT().Context(), c.Client, c.Namespace, podSetScaleSpec(3, 2, 1))).To(Succeed())
 		expectUntouched(c, before)
 		for _, p := range []string{names.LogSet + "-1", names.LogSet + "-2", names.DNSet + "-1"} {
@@ -127,6 +130,7 @@ var _ = Describe("matrixone pod-set scaling", Label("matrixone"), func() {
 			suite.Permits(suite.Deleted, "Pod", last))
 		sc.RequireFinish(500 * time.Millisecond)
 
+		c.RequireQuiescent(300*time.Millisecond, claimTimeout)
 		Expect(fixtures.MatrixOneReady(GinkgoT().Context(), c.Client, c.Namespace, podSetScaleSpec(1, 1, 1))).To(Succeed())
 		expectUntouched(c, before, last)
 	})

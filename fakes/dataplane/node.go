@@ -147,11 +147,15 @@ func (k *kubelet) remove(ctx context.Context, pod *corev1.Pod) error {
 	return err
 }
 
-// removable reports whether the kubelet must delete pod now: it is terminating, bound to a node, its
-// finalizers are gone, and its grace period is not already 0 (then the API server removes it itself).
+// removable reports whether the kubelet must delete pod now: it is terminating, bound to a node, and its
+// finalizers are gone. A grace period of 0 does not exempt it. The API server deletes in two phases (it sets
+// deletionTimestamp and the grace period, then removes the pod), and a delete cut short between them (its
+// client went away mid-request, as a restarted kubelet's last delete does) leaves the pod there with grace
+// period 0 and nobody to remove it. The real kubelet's status manager deletes every terminated pod that is
+// still there, whatever its grace period, and the API server removes such a pod at once (its BeforeDelete
+// treats a stored grace period of 0 as a delete to finish).
 func removable(pod *corev1.Pod) bool {
-	return pod.DeletionTimestamp != nil && pod.Spec.NodeName != "" && len(pod.Finalizers) == 0 &&
-		(pod.DeletionGracePeriodSeconds == nil || *pod.DeletionGracePeriodSeconds > 0)
+	return pod.DeletionTimestamp != nil && pod.Spec.NodeName != "" && len(pod.Finalizers) == 0
 }
 
 // ipPool hands out pod IPs from PodCIDR, in turn, skipping those held by pods that still exist.
