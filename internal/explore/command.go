@@ -295,6 +295,9 @@ func found(until []*regexp.Regexp, rows []Row) []Found {
 	return out
 }
 
+// unnamedShown is how many of the pairs without a point by name the output names; explore.json has them all.
+const unnamedShown = 5
+
 // Exploration is the result, as explore.json holds it.
 type Exploration struct {
 	Suite, Focus string
@@ -309,6 +312,10 @@ type Exploration struct {
 	// with the kept point that stands for it (none with -prune=false or -points).
 	Enumerated int      `json:",omitempty"`
 	Pruned     []Pruned `json:",omitempty"`
+	// Unnamed are the writer-object pairs that got no point by name, each "spec: writer on Kind/name" or
+	// "spec: the changes of Kind/name": objects the second unperturbed run did not have (named anew each run),
+	// which get points by their place among their writer's objects of their kind instead.
+	Unnamed []string `json:",omitempty"`
 	// Baselines are the two unperturbed runs' record directories.
 	Baselines []string
 	Rows      []Row
@@ -517,8 +524,13 @@ func choosePoints(p plan, records, second []perturb.Record, x *Exploration, out 
 			fmt.Fprintf(out, "no point for %s: the point form cannot name it (a create by generateName has no name yet)\n", u)
 		}
 		if len(e.Unstable) > 0 {
-			fmt.Fprintf(out, "no point by name for %s on objects baseline-2 did not write (named anew each run, as by generateName; one gets points by its place among its writer's objects of its kind, Kind/*k, where both runs have one there): %s\n",
-				textout.Count(len(e.Unstable), "pair", "pairs"), strings.Join(e.Unstable, "; "))
+			x.Unnamed = e.Unstable
+			shown, more := e.Unstable, ""
+			if len(shown) > unnamedShown {
+				shown, more = shown[:unnamedShown], fmt.Sprintf("; and %d more (explore.json's Unnamed lists them all)", len(e.Unstable)-unnamedShown)
+			}
+			fmt.Fprintf(out, "no point by name for %s on objects baseline-2 did not write (named anew each run, as by generateName; one gets points by its place among its writer's objects of its kind, Kind/*k, where both runs have one there): %s%s\n",
+				textout.Count(len(e.Unstable), "pair", "pairs"), strings.Join(shown, "; "), more)
 		}
 		smp = newSampler(e.Points)
 		if p.budget.Time == 0 {

@@ -2,6 +2,7 @@ package explore
 
 import (
 	"bytes"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -258,4 +259,21 @@ func mapsEqual(a, b map[string]string) bool {
 		}
 	}
 	return true
+}
+
+func TestChoosePointsNamesAFewUnnamedPairsAndKeepsThemAll(t *testing.T) {
+	var first, second []string
+	for i := range 7 {
+		first = append(first, fmt.Sprintf("w mg/shard Pod/p-a%d", i))
+		second = append(second, fmt.Sprintf("w mg/shard Pod/p-b%d", i))
+	}
+	var out bytes.Buffer
+	x := Exploration{}
+	p := plan{modes: []perturb.Mode{perturb.Conflict}, budget: Budget{Points: 10}, prune: true}
+	choosePoints(p, []perturb.Record{timeline("s", first...)}, []perturb.Record{timeline("s", second...)}, &x, &out)
+	if len(x.Unnamed) != 7 || !strings.Contains(out.String(), "no point by name for 7 pairs") ||
+		!strings.Contains(out.String(), "s: mg/shard on Pod/p-a4; and 2 more (explore.json's Unnamed lists them all)") ||
+		strings.Contains(out.String(), "Pod/p-a5") {
+		t.Errorf("Unnamed %q, output:\n%s\nwant 7 pairs counted, the first 5 named and the rest in Unnamed", x.Unnamed, out.String())
+	}
 }
