@@ -3,6 +3,7 @@ package scenarios
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -69,11 +70,16 @@ const leaderWindow = time.Second
 // watchLeaders samples elected(ms...) every 10 ms from now until the returned stop is called. stop returns how
 // long it watched and the first sample in which more than one of ms led, or none in the first leaderWindow
 // ("" when there was none). Later on, none leading is a restart point's stop of the leader until its successor
-// instance is elected, not two leaders.
+// instance is elected, not two leaders. stop may be called again (a DeferCleanup ends the sampling of a spec
+// that failed before it stopped the watch); it then returns what the first call did.
 func watchLeaders(ms ...*suite.Manager) (stop func() (watched time.Duration, violation string)) {
 	start := time.Now()
 	quit, done := make(chan struct{}), make(chan struct{})
-	var violation string
+	var (
+		violation string
+		watched   time.Duration
+		once      sync.Once
+	)
 	go func() {
 		defer close(done)
 		tick := time.NewTicker(10 * time.Millisecond)
@@ -91,9 +97,12 @@ func watchLeaders(ms ...*suite.Manager) (stop func() (watched time.Duration, vio
 		}
 	}()
 	return func() (time.Duration, string) {
-		close(quit)
-		<-done
-		return time.Since(start), violation
+		once.Do(func() {
+			close(quit)
+			<-done
+			watched = time.Since(start)
+		})
+		return watched, violation
 	}
 }
 
@@ -116,6 +125,7 @@ func leaderSpec() {
 	// Exactly one leads from the first election until the leader is stopped, sampled while it brings the cluster
 	// up rather than in a window of its own, and for at least leaderWindow.
 	stopWatch := watchLeaders(a, b)
+	DeferCleanup(func() { stopWatch() })
 	leader, follower := a, b
 	if elected(a, b)[0] == b.Name {
 		leader, follower = b, a
