@@ -175,7 +175,7 @@ const afterQuiet = 250 * time.Millisecond
 const convergenceQuiet = 250 * time.Millisecond
 
 var _ = Describe("multigres sequences", Label("multigres"), func() {
-	It("a cluster of 2 databases x 2 table groups x 2 shards fans out cluster -> table groups -> shards -> pods, and deleting it removes pods -> shards -> table groups -> cluster, nothing else changing", fanOutSpec)
+	It("a cluster of 2 databases x 2 table groups x 2 shards fans out cluster -> table groups -> shards -> pods, and deleting it removes pods -> shards -> table groups -> cluster, nothing else changing (over 3 s: 29 objects come up and go level by level, each level waiting for the one above)", fanOutSpec)
 
 	It("a pool scaled 3 -> 2 drains its last pod through the handshake, then deletes it; the shard's other pods and their roles are untouched", poolDrainSpec)
 })

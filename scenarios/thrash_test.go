@@ -20,7 +20,7 @@ import (
 // controllers make of the intermediate specs, the end state is the last spec's.
 
 var _ = Describe("multigres thrash", Label("multigres"), func() {
-	It("a pool's replicas edited 2 -> 4 -> 1 -> 3 back to back converge to exactly 3 Ready pods and a matching status", thrashSpec)
+	It("a pool's replicas edited 2 -> 4 -> 1 -> 3 back to back converge to exactly 3 Ready pods and a matching status (over 3 s: a bring-up, then pods made, drained and made again as the edits land, and 500 ms of quiet)", thrashSpec)
 })
 
 // thrashSpec writes three replica counts to a Healthy shard's pool without waiting between them, then waits

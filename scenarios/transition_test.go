@@ -250,9 +250,9 @@ func transition(c *suite.Case, cluster, name string, tgs []mgv1.TableGroupTempla
 }
 
 var _ = Describe("multigres transitions", Label("multigres"), func() {
-	It("a shard removed from a live cluster goes through the pending-deletion handshake, and A -> B -> A returns the same objects", shardRoundTripSpec)
+	It("a shard removed from a live cluster goes through the pending-deletion handshake, and A -> B -> A returns the same objects (over 3 s: three states, each settled with 500 ms of quiet, and a handshake that drains pods)", shardRoundTripSpec)
 
-	It("a table group removed from a live cluster retires its shard, then itself, and A -> B -> A returns the same objects", tableGroupRoundTripSpec)
+	It("a table group removed from a live cluster retires its shard, then itself, and A -> B -> A returns the same objects (over 3 s: three states, each settled with 500 ms of quiet, and two handshakes, the shard's draining its pods)", tableGroupRoundTripSpec)
 })
 
 // defaultCluster returns the fixtures' default cluster (one database, table group and shard) and its names,

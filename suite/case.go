@@ -390,13 +390,29 @@ func (c *Case) empty() []string {
 			return held
 		}
 		seen := c.s.stream.lastSeq()
-		for _, o := range left {
-			if o.GetDeletionTimestamp() == nil {
-				_ = c.s.Client.Delete(ctx, o, client.PropagationPolicy(metav1.DeletePropagationBackground))
-			}
-		}
+		c.s.deleteAll(ctx, slices.DeleteFunc(left, func(o client.Object) bool { return o.GetDeletionTimestamp() != nil }))
 		c.awaitChange(ctx, seen, 200*time.Millisecond)
 	}
+}
+
+// cleanupDeletes is how many deletes the cleanup has in flight at once. One at a time, the first round of a
+// MatrixOne namespace's 13 to 18 objects took 0.6 to 4.8 s of its cleanup on a loaded machine (load 14 to 27),
+// eight at a time 0.14 to 0.95 s (load 27 to 33).
+const cleanupDeletes = 8
+
+// deleteAll deletes objs with background propagation, cleanupDeletes at a time, and returns when every
+// delete has returned. Errors are ignored: the cleanup lists what is left again and judges that.
+func (s *Suite) deleteAll(ctx context.Context, objs []client.Object) {
+	sem := make(chan struct{}, cleanupDeletes)
+	var wg sync.WaitGroup
+	for _, o := range objs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			_ = s.Client.Delete(ctx, o, client.PropagationPolicy(metav1.DeletePropagationBackground))
+		})
+	}
+	wg.Wait()
 }
 
 // namespacedKinds returns the group, version and kind of each watched kind that lives in a namespace.
