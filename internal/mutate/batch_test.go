@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -177,8 +178,9 @@ func TestJudgeBatch(t *testing.T) {
 	}
 }
 
-// The scheduler hands out a mutant alone first, then mutants with the same specs left, from the largest
-// group; with idle processes it splits what waits among them.
+// The scheduler hands out a mutant alone first, then up to batchRuns mutants from the largest group with
+// the same specs left and then the next, their specs' union in one process, each spec's runs of the
+// mutants it does not cover skipped; with idle processes it splits what waits among them.
 func TestSchedulerBatches(t *testing.T) {
 	r := &runner{config: config{jobs: 4}, ctx: context.Background(), alone: map[string]time.Duration{"fast": time.Second, "slow": time.Minute}}
 	ms := make([]Mutant, 16)
@@ -196,22 +198,52 @@ func TestSchedulerBatches(t *testing.T) {
 	}
 	// Every batch stays in flight: the idle processes are those of -j not handed one.
 	var got []string
-	for range 5 {
+	for range 4 {
 		b, ok := s.take()
 		if !ok {
 			break
 		}
-		got = append(got, fmt.Sprintf("%v%v", b.specs, b.mutants))
+		got = append(got, fmt.Sprintf("%v%v skip %v", b.specs, b.mutants, b.skip))
 	}
 	want := []string{
-		"[fast slow][15]",
-		"[fast slow][0 1 2 3]", // 12 wait, 3 processes idle: 4 each
-		"[fast slow][4 5 6 7]",
-		"[fast slow][8 9 10 11]",
-		"[slow][12 13 14]",
+		"[fast slow][15] skip map[]",
+		"[fast slow][0 1 2 3 4] skip map[]", // 15 wait, 3 processes idle: 5 each
+		"[fast slow][5 6 7 8 9] skip map[]",
+		"[fast slow][12 13 14 10 11] skip map[fast:[1 2 3]]", // the larger group first; fast covers none of it
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("batches\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// A batch's specs run fastest first until specs kill: then by kills per second of their run alone, so a
+// slow spec that kills many runs before a fast one that kills none.
+func TestSchedulerOrdersSpecsByKillsPerSecond(t *testing.T) {
+	r := &runner{config: config{jobs: 1}, ctx: context.Background(), out: io.Discard, alone: map[string]time.Duration{"fast": time.Second, "slow": 5 * time.Second}}
+	ms := make([]Mutant, 12)
+	s := &scheduler{r: r, ms: ms, left: map[int][]string{}, lost: map[int]int{}, setupRetried: map[int]bool{}, waiting: map[string][]int{}, total: len(ms)}
+	s.cond = sync.NewCond(&s.mu)
+	for i := range ms {
+		s.left[i] = []string{"fast", "slow"}
+		s.enqueue(i)
+	}
+	b, _ := s.take()
+	if fmt.Sprint(b.specs) != "[fast slow]" || len(b.mutants) != batchRuns {
+		t.Fatalf("first batch %v%v, want [fast slow] and %d mutants", b.specs, b.mutants, batchRuns)
+	}
+	// Every mutant passes fast; slow kills all but the last.
+	res := batchResult{cells: map[cell]outcome{}, took: map[cell]time.Duration{}}
+	for k := range b.mutants {
+		res.cells[cell{"fast", k + 1}] = outcome{verdict: passed}
+		res.cells[cell{"slow", k + 1}] = outcome{Killed, "[FAILED] slow: no"}
+	}
+	res.cells[cell{"slow", len(b.mutants)}] = outcome{verdict: passed}
+	s.finish(b, res, nil)
+	if s.done != batchRuns || ms[b.mutants[0]].Status != Killed || ms[b.mutants[len(b.mutants)-1]].Status != Survived {
+		t.Fatalf("after the batch: %d judged, first %q, last %q; want %d, killed, survived", s.done, ms[b.mutants[0]].Status, ms[b.mutants[len(b.mutants)-1]].Status, batchRuns)
+	}
+	if b, _ = s.take(); fmt.Sprint(b.specs) != "[slow fast]" {
+		t.Errorf("after slow killed 9 mutants: specs %v, want [slow fast]", b.specs)
 	}
 }
 

@@ -1,6 +1,7 @@
 package mutate
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -15,10 +16,10 @@ const batchRuns = 10
 const maxLost = 3
 
 // scheduler hands out the schema's batches and moves each mutant through the specs that cover it. A batch
-// is up to batchRuns mutants with the same specs left, which one test process runs as flake attempts, each
-// spec once per mutant: the harness fails a run that passed on purpose and a run whose mutant failed
-// earlier in the process at once, so every run goes on to the next and one boot serves every run of the
-// batch (repeated while passing, every kill would end its spec's runs, and the runs after it would pay
+// is up to batchRuns mutants, those with the same specs left together first, which one test process runs
+// as flake attempts, each spec of their union once per mutant it covers (the others' runs skipped at
+// once): the harness fails a run that passed on purpose and a run whose mutant failed earlier in the
+// process at once, so every run goes on to the next and one boot serves every run of the batch (repeated while passing, every kill would end its spec's runs, and the runs after it would pay
 // for a boot of their own: measured, 22 s for one run of the fastest multigres spec, 40 s for ten).
 type scheduler struct {
 	r  *runner
@@ -34,6 +35,8 @@ type scheduler struct {
 	// alone in a process.
 	waiting map[string][]int
 	solo    []int
+	// kills counts the mutants each spec killed so far, which orders a batch's specs (order).
+	kills map[string]int
 	// single is set once the suite turns out to run a spec once however many runs are asked for: every
 	// mutant then runs alone.
 	single bool
@@ -54,7 +57,8 @@ func specsKey(specs []string) string { return strings.Join(specs, "\x00") }
 // schemaRuns judges the schema mutants of todo with the compiled schema bin, r.jobs processes at once,
 // printing a line as each is judged (done of total so far).
 func (r *runner) schemaRuns(bin string, ms []Mutant, todo []int, done *int, total int) (processes, runs int, err error) {
-	s := &scheduler{r: r, ms: ms, left: map[int][]string{}, lost: map[int]int{}, setupRetried: map[int]bool{}, waiting: map[string][]int{}, total: total}
+	s := &scheduler{r: r, ms: ms, left: map[int][]string{}, lost: map[int]int{}, setupRetried: map[int]bool{}, waiting: map[string][]int{},
+		kills: map[string]int{}, total: total}
 	s.cond = sync.NewCond(&s.mu)
 	s.done = *done
 	for _, i := range todo {
@@ -95,9 +99,11 @@ func (s *scheduler) enqueue(i int) {
 	s.waiting[k] = append(s.waiting[k], i)
 }
 
-// take hands out the next batch: a mutant alone, else mutants with the same specs left, from the largest
-// group (as many as size says). It waits while batches in flight may queue more, and says false when
-// nothing is left to run.
+// take hands out the next batch: a mutant alone, else up to size mutants from the waiting ones, the
+// largest group with the same specs left first and then the next largest, so a process runs the union of
+// their specs and skips the runs of each spec that does not cover its mutant (batch.skip). Mutants with
+// different specs share a process, and its boot, instead of waiting for one of their own. It waits while
+// batches in flight may queue more, and says false when nothing is left to run.
 func (s *scheduler) take() (batch, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -109,20 +115,72 @@ func (s *scheduler) take() (batch, bool) {
 			i := s.solo[0]
 			s.solo = s.solo[1:]
 			s.inflight++
-			return batch{specs: slices.Clone(s.left[i]), mutants: []int{i}}, true
+			return s.batchOf([]int{i}), true
 		}
-		if k := longest(s.waiting); k != "" {
-			q := s.waiting[k]
-			n := s.size(len(q))
-			s.waiting[k] = q[n:]
+		waiting := 0
+		for _, q := range s.waiting {
+			waiting += len(q)
+		}
+		if waiting > 0 {
+			n := s.size(waiting)
+			var ids []int
+			for len(ids) < n {
+				k := longest(s.waiting)
+				q := s.waiting[k]
+				t := min(n-len(ids), len(q))
+				ids = append(ids, q[:t]...)
+				s.waiting[k] = q[t:]
+			}
 			s.inflight++
-			return batch{specs: slices.Clone(s.left[q[0]]), mutants: slices.Clone(q[:n])}, true
+			return s.batchOf(ids), true
 		}
 		if s.inflight == 0 {
 			return batch{}, false
 		}
 		s.cond.Wait()
 	}
+}
+
+// batchOf is the batch of mutants ids: the union of their specs left, in s.order's order, each spec's
+// runs of the mutants it does not cover skipped (called with s.mu held).
+func (s *scheduler) batchOf(ids []int) batch {
+	b := batch{mutants: slices.Clone(ids)}
+	for _, i := range ids {
+		for _, spec := range s.left[i] {
+			if !slices.Contains(b.specs, spec) {
+				b.specs = append(b.specs, spec)
+			}
+		}
+	}
+	s.order(b.specs)
+	for _, spec := range b.specs {
+		for k, i := range ids {
+			if !slices.Contains(s.left[i], spec) {
+				if b.skip == nil {
+					b.skip = map[string][]int{}
+				}
+				b.skip[spec] = append(b.skip[spec], k+1)
+			}
+		}
+	}
+	return b
+}
+
+// order sorts specs by how many mutants each killed so far per second of its run alone, most first, plus
+// one kill each, so that with no kill yet the fastest runs first (called with s.mu held). A mutant runs
+// its specs in this order until one kills it, so the specs that kill most cheaply go first, as the
+// mutants they did not kill yet run through them; every spec that covers a mutant still judges it unless
+// one killed it.
+func (s *scheduler) order(specs []string) {
+	rate := func(spec string) float64 {
+		return float64(s.kills[spec]+1) / max(s.r.alone[spec].Seconds(), 0.001)
+	}
+	slices.SortStableFunc(specs, func(a, b string) int {
+		if ra, rb := rate(a), rate(b); ra != rb {
+			return cmp.Compare(rb, ra)
+		}
+		return strings.Compare(a, b)
+	})
 }
 
 // size is how many of waiting mutants the next batch takes: batchRuns at most, and a share of them when
@@ -182,6 +240,7 @@ func (s *scheduler) finish(b batch, res batchResult, err error) {
 			}
 		}
 		var failed *outcome
+		killer := ""
 		for _, spec := range b.specs {
 			c := cell{spec: spec, run: k + 1}
 			m.Run += res.took[c]
@@ -199,13 +258,17 @@ func (s *scheduler) finish(b batch, res batchResult, err error) {
 				s.left[i] = slices.DeleteFunc(s.left[i], func(x string) bool { return x == spec })
 			default:
 				if failed == nil {
-					failed = &o
+					failed, killer = &o, spec
 				}
 			}
 		}
 		switch {
 		case failed != nil:
 			m.Status, m.Detail = failed.verdict, failed.detail
+			if s.kills == nil {
+				s.kills = map[string]int{}
+			}
+			s.kills[killer]++
 			s.report(i)
 		case len(s.left[i]) == 0:
 			m.Status = Survived
