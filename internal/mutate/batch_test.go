@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -213,37 +212,6 @@ func TestSchedulerBatches(t *testing.T) {
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("batches\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
-	}
-}
-
-// A batch's specs run fastest first until specs kill: then by kills per second of their run alone, so a
-// slow spec that kills many runs before a fast one that kills none.
-func TestSchedulerOrdersSpecsByKillsPerSecond(t *testing.T) {
-	r := &runner{config: config{jobs: 1}, ctx: context.Background(), out: io.Discard, alone: map[string]time.Duration{"fast": time.Second, "slow": 5 * time.Second}}
-	ms := make([]Mutant, 12)
-	s := &scheduler{r: r, ms: ms, left: map[int][]string{}, lost: map[int]int{}, setupRetried: map[int]bool{}, waiting: map[string][]int{}, total: len(ms)}
-	s.cond = sync.NewCond(&s.mu)
-	for i := range ms {
-		s.left[i] = []string{"fast", "slow"}
-		s.enqueue(i)
-	}
-	b, _ := s.take()
-	if fmt.Sprint(b.specs) != "[fast slow]" || len(b.mutants) != batchRuns {
-		t.Fatalf("first batch %v%v, want [fast slow] and %d mutants", b.specs, b.mutants, batchRuns)
-	}
-	// Every mutant passes fast; slow kills all but the last.
-	res := batchResult{cells: map[cell]outcome{}, took: map[cell]time.Duration{}}
-	for k := range b.mutants {
-		res.cells[cell{"fast", k + 1}] = outcome{verdict: passed}
-		res.cells[cell{"slow", k + 1}] = outcome{Killed, "[FAILED] slow: no"}
-	}
-	res.cells[cell{"slow", len(b.mutants)}] = outcome{verdict: passed}
-	s.finish(b, res, nil)
-	if s.done != batchRuns || ms[b.mutants[0]].Status != Killed || ms[b.mutants[len(b.mutants)-1]].Status != Survived {
-		t.Fatalf("after the batch: %d judged, first %q, last %q; want %d, killed, survived", s.done, ms[b.mutants[0]].Status, ms[b.mutants[len(b.mutants)-1]].Status, batchRuns)
-	}
-	if b, _ = s.take(); fmt.Sprint(b.specs) != "[slow fast]" {
-		t.Errorf("after slow killed 9 mutants: specs %v, want [slow fast]", b.specs)
 	}
 }
 

@@ -35,8 +35,6 @@ type scheduler struct {
 	// alone in a process.
 	waiting map[string][]int
 	solo    []int
-	// kills counts the mutants each spec killed so far, which orders a batch's specs (order).
-	kills map[string]int
 	// single is set once the suite turns out to run a spec once however many runs are asked for: every
 	// mutant then runs alone.
 	single bool
@@ -57,8 +55,7 @@ func specsKey(specs []string) string { return strings.Join(specs, "\x00") }
 // schemaRuns judges the schema mutants of todo with the compiled schema bin, r.jobs processes at once,
 // printing a line as each is judged (done of total so far).
 func (r *runner) schemaRuns(bin string, ms []Mutant, todo []int, done *int, total int) (processes, runs int, err error) {
-	s := &scheduler{r: r, ms: ms, left: map[int][]string{}, lost: map[int]int{}, setupRetried: map[int]bool{}, waiting: map[string][]int{},
-		kills: map[string]int{}, total: total}
+	s := &scheduler{r: r, ms: ms, left: map[int][]string{}, lost: map[int]int{}, setupRetried: map[int]bool{}, waiting: map[string][]int{}, total: total}
 	s.cond = sync.NewCond(&s.mu)
 	s.done = *done
 	for _, i := range todo {
@@ -66,7 +63,7 @@ func (r *runner) schemaRuns(bin string, ms []Mutant, todo []int, done *int, tota
 			continue
 		}
 		specs := slices.Clone(ms[i].Specs)
-		slices.SortStableFunc(specs, func(a, b string) int { return int(r.alone[a] - r.alone[b]) })
+		s.order(specs)
 		s.left[i] = specs
 		s.enqueue(i)
 	}
@@ -166,18 +163,12 @@ func (s *scheduler) batchOf(ids []int) batch {
 	return b
 }
 
-// order sorts specs by how many mutants each killed so far per second of its run alone, most first, plus
-// one kill each, so that with no kill yet the fastest runs first (called with s.mu held). A mutant runs
-// its specs in this order until one kills it, so the specs that kill most cheaply go first, as the
-// mutants they did not kill yet run through them; every spec that covers a mutant still judges it unless
-// one killed it.
+// order sorts specs fastest alone first, the order each mutant's specs are kept in. Ginkgo runs a
+// process's specs in its own order whatever this one, so it only keeps batches and their output stable.
 func (s *scheduler) order(specs []string) {
-	rate := func(spec string) float64 {
-		return float64(s.kills[spec]+1) / max(s.r.alone[spec].Seconds(), 0.001)
-	}
 	slices.SortStableFunc(specs, func(a, b string) int {
-		if ra, rb := rate(a), rate(b); ra != rb {
-			return cmp.Compare(rb, ra)
+		if c := cmp.Compare(s.r.alone[a], s.r.alone[b]); c != 0 {
+			return c
 		}
 		return strings.Compare(a, b)
 	})
@@ -240,7 +231,6 @@ func (s *scheduler) finish(b batch, res batchResult, err error) {
 			}
 		}
 		var failed *outcome
-		killer := ""
 		for _, spec := range b.specs {
 			c := cell{spec: spec, run: k + 1}
 			m.Run += res.took[c]
@@ -258,17 +248,13 @@ func (s *scheduler) finish(b batch, res batchResult, err error) {
 				s.left[i] = slices.DeleteFunc(s.left[i], func(x string) bool { return x == spec })
 			default:
 				if failed == nil {
-					failed, killer = &o, spec
+					failed = &o
 				}
 			}
 		}
 		switch {
 		case failed != nil:
 			m.Status, m.Detail = failed.verdict, failed.detail
-			if s.kills == nil {
-				s.kills = map[string]int{}
-			}
-			s.kills[killer]++
 			s.report(i)
 		case len(s.left[i]) == 0:
 			m.Status = Survived
