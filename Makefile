@@ -192,20 +192,20 @@ explore-merge: $(ENSEMBLE) ## Join the explore.json of every shard of one make e
 # (or the whole module's). Per-spec coverage first: each spec the label filter selects runs alone with
 # -coverpkg (every one must pass: the baseline). Then the covered mutants become switches of one mutant
 # schema, compiled once with go test -c -overlay, and each runs only the specs whose coverage holds its
-# position, many mutants a test process (a run each). MUTATE_JOBS=n runs n test processes at once (more
-# than the cores is fine: at most one boots per two cores at once), MAX=n an evenly spaced n of the covered
-# mutants, BASE=rev only those on lines changed since rev.
+# position, many mutants a test process (a run each). MUTATE_JOBS=n runs n test processes at once (default
+# twice the cores; more than the cores is fine: at most one boots per two cores at once), MAX=n an evenly
+# spaced n of the covered mutants, BASE=rev only those on lines changed since rev.
 GREMLINS_VERSION := v0.6.0
 GREMLINS := $(BIN)/gremlins
 PKG ?= operators/multigres
 BASE ?=
 MAX ?=
-MUTATE_JOBS ?= 1
+MUTATE_JOBS ?=
 
 $(GREMLINS):
 	GOBIN=$(BIN) $(GO) install github.com/go-gremlins/gremlins/cmd/gremlins@$(GREMLINS_VERSION)
 
 .PHONY: mutate
-mutate: envtest-assets $(GREMLINS) $(ENSEMBLE) ## The scenario suite's mutation score over PKG (default operators/multigres), each mutant judged by the specs that cover it: killed, survived, not covered per file, the survivors, times (BASE=rev, MAX=n, LABELS=filter, MUTATE_JOBS=1).
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(ENSEMBLE) mutate -gremlins $(GREMLINS) -suite ./scenarios -pkg $(PKG) -j $(MUTATE_JOBS) \
+mutate: envtest-assets $(GREMLINS) $(ENSEMBLE) ## The scenario suite's mutation score over PKG (default operators/multigres), each mutant judged by the specs that cover it: killed, survived, not covered per file, the survivors, times (BASE=rev, MAX=n, LABELS=filter, MUTATE_JOBS=twice the cores).
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) $(ENSEMBLE) mutate -gremlins $(GREMLINS) -suite ./scenarios -pkg $(PKG) $(if $(MUTATE_JOBS),-j $(MUTATE_JOBS)) \
 	  $(if $(BASE),-base $(BASE)) $(if $(MAX),-max $(MAX)) $(if $(LABELS),-labels "$(LABELS)")

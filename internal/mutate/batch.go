@@ -167,10 +167,12 @@ func relTo(abs string) string {
 }
 
 // batch is one test process of the schema: its specs, each run once per mutant (in this order, a mutant
-// a run).
+// a run), but the runs skip holds: by spec, the runs (from 1) whose mutant the spec does not cover, which
+// fail at once with mutant.ErrDone (mutant.SkipEnv).
 type batch struct {
 	specs   []string
 	mutants []int // indices into the mutants
+	skip    map[string][]int
 }
 
 // cell is one run of one spec in a batch: the run of its mutant (from 1).
@@ -351,7 +353,7 @@ func (r *runner) run(bin string, b batch, ms []Mutant) (batchResult, error) {
 	report := filepath.Join(dir, "suite.json")
 	var total time.Duration
 	for _, spec := range b.specs {
-		total += time.Duration(n) * r.limit(spec)
+		total += time.Duration(n-len(b.skip[spec])) * r.limit(spec)
 	}
 	total += time.Minute
 	args := []string{"-test.timeout=" + total.String(), "-ginkgo.timeout=" + total.String(), "-ginkgo.label-filter=" + r.labels,
@@ -361,6 +363,10 @@ func (r *runner) run(bin string, b batch, ms []Mutant) (batchResult, error) {
 	// each spec runs once per mutant, whatever the runs before it did.
 	args = append(args, "-ginkgo.flake-attempts="+strconv.Itoa(n))
 	env = append(env, mutant.RetryEnv+"=1")
+	if len(b.skip) > 0 {
+		skip, _ := json.Marshal(b.skip)
+		env = append(env, mutant.SkipEnv+"="+string(skip))
+	}
 	ctx, cancel := context.WithCancel(r.ctx)
 	defer cancel()
 	w := &watcher{markers: make(chan mutant.Marker, 256)}

@@ -177,8 +177,9 @@ func TestJudgeBatch(t *testing.T) {
 	}
 }
 
-// The scheduler hands out a mutant alone first, then mutants with the same specs left, from the largest
-// group; with idle processes it splits what waits among them.
+// The scheduler hands out a mutant alone first, then up to batchRuns mutants from the largest group with
+// the same specs left and then the next, their specs' union in one process, each spec's runs of the
+// mutants it does not cover skipped; with idle processes it splits what waits among them.
 func TestSchedulerBatches(t *testing.T) {
 	r := &runner{config: config{jobs: 4}, ctx: context.Background(), alone: map[string]time.Duration{"fast": time.Second, "slow": time.Minute}}
 	ms := make([]Mutant, 16)
@@ -196,19 +197,18 @@ func TestSchedulerBatches(t *testing.T) {
 	}
 	// Every batch stays in flight: the idle processes are those of -j not handed one.
 	var got []string
-	for range 5 {
+	for range 4 {
 		b, ok := s.take()
 		if !ok {
 			break
 		}
-		got = append(got, fmt.Sprintf("%v%v", b.specs, b.mutants))
+		got = append(got, fmt.Sprintf("%v%v skip %v", b.specs, b.mutants, b.skip))
 	}
 	want := []string{
-		"[fast slow][15]",
-		"[fast slow][0 1 2 3]", // 12 wait, 3 processes idle: 4 each
-		"[fast slow][4 5 6 7]",
-		"[fast slow][8 9 10 11]",
-		"[slow][12 13 14]",
+		"[fast slow][15] skip map[]",
+		"[fast slow][0 1 2 3 4] skip map[]", // 15 wait, 3 processes idle: 5 each
+		"[fast slow][5 6 7 8 9] skip map[]",
+		"[fast slow][12 13 14 10 11] skip map[fast:[1 2 3]]", // the larger group first; fast covers none of it
 	}
 	if strings.Join(got, "\n") != strings.Join(want, "\n") {
 		t.Errorf("batches\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

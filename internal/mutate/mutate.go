@@ -4,7 +4,7 @@
 //
 // Usage (from the root of any Go module whose suite boots ensemble; `make mutate` runs this repository's):
 //
-//	ensemble mutate -pkg DIR [-suite DIR] [-base REV] [-max N] [-j 1] [-labels FILTER] [-gremlins PATH] [-list]
+//	ensemble mutate -pkg DIR [-suite DIR] [-base REV] [-max N] [-j N] [-labels FILTER] [-gremlins PATH] [-list]
 //
 // gremlins (github.com/go-gremlins/gremlins, GremlinsVersion: -gremlins names a binary, else it is installed
 // once with go install into the user's cache directory) finds the mutants, in a dry run over -pkg; it cannot
@@ -27,11 +27,12 @@
 //     cannot infer; an if/else for an increment, an assignment or a branch). Mutants of one position
 //     share its switch. The suite is compiled once with the rewritten files overlaid (go test -c
 //     -overlay, so no file of the checkout is ever written).
-//  4. The runs: a test process of the schema runs up to 10 mutants that have the same covering specs left,
-//     each spec once per mutant, a run each: ENSEMBLE_MUTANTS names the mutant of each run, suite/mutant's
-//     init makes the first active, and the harness the next between runs, after the previous run's manager
-//     instances stopped and before the fresh ones start (mutant.Begin), so the control plane boots once for
-//     all of them. The runs are -ginkgo.flake-attempts (ENSEMBLE_MUTANTS_RETRY), and every run goes on to
+//  4. The runs: a test process of the schema runs up to 10 mutants, those with the same covering specs
+//     left together first, and the union of their specs, each spec once per mutant it covers, a run each
+//     (the runs of a mutant a spec does not cover fail at once: mutant.SkipEnv, mutant.ErrDone):
+//     ENSEMBLE_MUTANTS names the mutant of each run, suite/mutant's init makes the first active, and the
+//     harness the next between runs, after the previous run's manager instances stopped and before the
+//     fresh ones start (mutant.Begin), so the control plane boots once for all of them. The runs are -ginkgo.flake-attempts (ENSEMBLE_MUTANTS_RETRY), and every run goes on to
 //     the next: the harness fails a run that passed on purpose (mutant.ErrPassed) and a run whose mutant
 //     failed earlier in the process at once (mutant.ErrDone); each run's first failure in the report says
 //     how it ended. A mutant a run fails is killed; one that passed all its specs survived; one whose runs
@@ -88,7 +89,7 @@ import (
 )
 
 // Synopsis is the command's usage line.
-const Synopsis = "ensemble mutate -pkg DIR [-suite DIR] [-base REV] [-max N] [-j 1] [-labels FILTER] [-gremlins PATH] [-list]"
+const Synopsis = "ensemble mutate -pkg DIR [-suite DIR] [-base REV] [-max N] [-j N] [-labels FILTER] [-gremlins PATH] [-list]"
 
 // About is what the command does, in one line (ensemble -h lists it).
 const About = "the suite's mutation score over a package of the module, each mutant judged by the specs that cover it"
@@ -119,6 +120,11 @@ type config struct {
 	timeout                            time.Duration
 }
 
+// defaultJobs is -j's default: twice the cores. Per-spec coverage runs at most one process a core; a
+// process of the schema mostly waits on its control plane past its boot (a killed run waits out its
+// spec's timeout), and at most one boots per two cores at once, so more processes than cores pay.
+func defaultJobs() int { return 2 * runtime.NumCPU() }
+
 // makeVars are the make variables that set the flags.
 var makeVars = map[string]string{"pkg": "PKG", "base": "BASE", "max": "MAX", "j": "MUTATE_JOBS", "labels": "LABELS"}
 
@@ -135,7 +141,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.pkg, "pkg", "", "package directory to mutate, relative to the module root (its subpackages too); required")
 	fs.StringVar(&c.base, "base", "", "only mutants on lines changed since this git revision")
 	fs.IntVar(&c.max, "max", 0, "run at most this many covered mutants, evenly spaced (0: all)")
-	fs.IntVar(&c.jobs, "j", 1, "test processes run at once (per-spec coverage, the mutants' runs)")
+	fs.IntVar(&c.jobs, "j", defaultJobs(), "test processes run at once (per-spec coverage: at most one a core; the mutants' runs; default twice the cores)")
 	fs.StringVar(&c.labels, "labels", "", "Ginkgo label filter of the specs that judge the mutants (default: the operator's name for a package under operators/, else every spec)")
 	fs.StringVar(&c.suite, "suite", ".", "the test package that judges the mutants, relative to the module root")
 	fs.StringVar(&c.gremlins, "gremlins", "", "the gremlins "+GremlinsVersion+" binary (default: installed once under the user's cache directory)")

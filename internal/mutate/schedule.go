@@ -1,6 +1,7 @@
 package mutate
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -15,10 +16,10 @@ const batchRuns = 10
 const maxLost = 3
 
 // scheduler hands out the schema's batches and moves each mutant through the specs that cover it. A batch
-// is up to batchRuns mutants with the same specs left, which one test process runs as flake attempts, each
-// spec once per mutant: the harness fails a run that passed on purpose and a run whose mutant failed
-// earlier in the process at once, so every run goes on to the next and one boot serves every run of the
-// batch (repeated while passing, every kill would end its spec's runs, and the runs after it would pay
+// is up to batchRuns mutants, those with the same specs left together first, which one test process runs
+// as flake attempts, each spec of their union once per mutant it covers (the others' runs skipped at
+// once): the harness fails a run that passed on purpose and a run whose mutant failed earlier in the
+// process at once, so every run goes on to the next and one boot serves every run of the batch (repeated while passing, every kill would end its spec's runs, and the runs after it would pay
 // for a boot of their own: measured, 22 s for one run of the fastest multigres spec, 40 s for ten).
 type scheduler struct {
 	r  *runner
@@ -62,7 +63,7 @@ func (r *runner) schemaRuns(bin string, ms []Mutant, todo []int, done *int, tota
 			continue
 		}
 		specs := slices.Clone(ms[i].Specs)
-		slices.SortStableFunc(specs, func(a, b string) int { return int(r.alone[a] - r.alone[b]) })
+		s.order(specs)
 		s.left[i] = specs
 		s.enqueue(i)
 	}
@@ -95,9 +96,11 @@ func (s *scheduler) enqueue(i int) {
 	s.waiting[k] = append(s.waiting[k], i)
 }
 
-// take hands out the next batch: a mutant alone, else mutants with the same specs left, from the largest
-// group (as many as size says). It waits while batches in flight may queue more, and says false when
-// nothing is left to run.
+// take hands out the next batch: a mutant alone, else up to size mutants from the waiting ones, the
+// largest group with the same specs left first and then the next largest, so a process runs the union of
+// their specs and skips the runs of each spec that does not cover its mutant (batch.skip). Mutants with
+// different specs share a process, and its boot, instead of waiting for one of their own. It waits while
+// batches in flight may queue more, and says false when nothing is left to run.
 func (s *scheduler) take() (batch, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -109,20 +112,66 @@ func (s *scheduler) take() (batch, bool) {
 			i := s.solo[0]
 			s.solo = s.solo[1:]
 			s.inflight++
-			return batch{specs: slices.Clone(s.left[i]), mutants: []int{i}}, true
+			return s.batchOf([]int{i}), true
 		}
-		if k := longest(s.waiting); k != "" {
-			q := s.waiting[k]
-			n := s.size(len(q))
-			s.waiting[k] = q[n:]
+		waiting := 0
+		for _, q := range s.waiting {
+			waiting += len(q)
+		}
+		if waiting > 0 {
+			n := s.size(waiting)
+			var ids []int
+			for len(ids) < n {
+				k := longest(s.waiting)
+				q := s.waiting[k]
+				t := min(n-len(ids), len(q))
+				ids = append(ids, q[:t]...)
+				s.waiting[k] = q[t:]
+			}
 			s.inflight++
-			return batch{specs: slices.Clone(s.left[q[0]]), mutants: slices.Clone(q[:n])}, true
+			return s.batchOf(ids), true
 		}
 		if s.inflight == 0 {
 			return batch{}, false
 		}
 		s.cond.Wait()
 	}
+}
+
+// batchOf is the batch of mutants ids: the union of their specs left, in s.order's order, each spec's
+// runs of the mutants it does not cover skipped (called with s.mu held).
+func (s *scheduler) batchOf(ids []int) batch {
+	b := batch{mutants: slices.Clone(ids)}
+	for _, i := range ids {
+		for _, spec := range s.left[i] {
+			if !slices.Contains(b.specs, spec) {
+				b.specs = append(b.specs, spec)
+			}
+		}
+	}
+	s.order(b.specs)
+	for _, spec := range b.specs {
+		for k, i := range ids {
+			if !slices.Contains(s.left[i], spec) {
+				if b.skip == nil {
+					b.skip = map[string][]int{}
+				}
+				b.skip[spec] = append(b.skip[spec], k+1)
+			}
+		}
+	}
+	return b
+}
+
+// order sorts specs fastest alone first, the order each mutant's specs are kept in. Ginkgo runs a
+// process's specs in its own order whatever this one, so it only keeps batches and their output stable.
+func (s *scheduler) order(specs []string) {
+	slices.SortStableFunc(specs, func(a, b string) int {
+		if c := cmp.Compare(s.r.alone[a], s.r.alone[b]); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
 }
 
 // size is how many of waiting mutants the next batch takes: batchRuns at most, and a share of them when

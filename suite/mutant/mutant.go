@@ -16,6 +16,7 @@ package mutant
 
 import (
 	"cmp"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -41,9 +42,16 @@ const RetryEnv = "ENSEMBLE_MUTANTS_RETRY"
 // attempts go on to the next run: ensemble mutate reads a run that failed with it as passed.
 var ErrPassed = errors.New("ensemble mutant: the run passed, and fails on purpose so that the next run's mutant runs")
 
-// ErrDone is the failure the harness gives a run under RetryEnv whose mutant already failed in the process,
-// at once, without running the spec: ensemble mutate has judged that mutant.
-var ErrDone = errors.New("ensemble mutant: the run's mutant failed in an earlier run of this process: not run, and fails on purpose so that the next run's mutant runs")
+// SkipEnv names the variable ensemble mutate may set beside Env: the runs each spec skips, as a JSON object
+// from a spec's full text to its runs (from 1), such as {"pool scales": [2, 3]}. A process runs the mutants
+// of several sets of covering specs, every spec the union's: a run of a spec that does not cover its
+// mutant's position would pass as the unmutated run does, so it fails at once (Done, ErrDone) instead.
+const SkipEnv = "ENSEMBLE_MUTANTS_SKIP"
+
+// ErrDone is the failure the harness gives a run under RetryEnv that has nothing to judge, at once, without
+// running the spec: its mutant already failed in the process (ensemble mutate has judged it), or SkipEnv
+// skips it (the spec does not cover its mutant).
+var ErrDone = errors.New("ensemble mutant: the run's mutant failed in an earlier run of this process or is not covered by this spec: not run, and fails on purpose so that the next run's mutant runs")
 
 // active is the mutant the switches apply now; 0 applies none.
 var active atomic.Int64
@@ -75,6 +83,29 @@ func Parse(s string) ([]int, error) {
 			return nil, fmt.Errorf("%s: run %d's mutant %q is no ID (a decimal number of 1 or more)", Env, i+1, f)
 		}
 		out = append(out, id)
+	}
+	return out, nil
+}
+
+// ParseSkip reads a value of SkipEnv: each spec's skipped runs as a set (nil for ""). Errors: text that is
+// no JSON object of arrays of runs, or a run below 1.
+func ParseSkip(s string) (map[string]map[int]bool, error) {
+	if s == "" {
+		return nil, nil
+	}
+	var raw map[string][]int
+	if err := json.Unmarshal([]byte(s), &raw); err != nil {
+		return nil, fmt.Errorf("%s: %v", SkipEnv, err)
+	}
+	out := map[string]map[int]bool{}
+	for spec, runs := range raw {
+		out[spec] = map[int]bool{}
+		for _, r := range runs {
+			if r < 1 {
+				return nil, fmt.Errorf("%s: spec %q skips run %d: runs count from 1", SkipEnv, spec, r)
+			}
+			out[spec][r] = true
+		}
 	}
 	return out, nil
 }
@@ -142,15 +173,17 @@ func Begin(spec string, run int) error {
 	return nil
 }
 
-// Done says run (from 1) is to fail at once with ErrDone, under RetryEnv: its mutant failed in an earlier
-// run of the process. It writes the run's Marker (mutant 0: none ran) when so.
+// Done says run (from 1) of spec is to fail at once with ErrDone, under RetryEnv: its mutant failed in an
+// earlier run of the process, or SkipEnv skips it (a SkipEnv that does not parse skips nothing). It writes
+// the run's Marker (mutant 0: none ran) when so.
 func Done(spec string, run int) bool {
 	runs, err := Runs()
 	if err != nil || !Retrying() || run < 1 || run > len(runs) {
 		return false
 	}
+	skip, _ := ParseSkip(os.Getenv(SkipEnv))
 	mu.Lock()
-	done := failed[runs[run-1]]
+	done := failed[runs[run-1]] || skip[spec][run]
 	mu.Unlock()
 	if done {
 		Note(Marker{Spec: spec, Run: run, Kind: Begins})

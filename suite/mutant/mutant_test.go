@@ -113,3 +113,27 @@ func TestBegin(t *testing.T) {
 		t.Errorf("Done: run 2 (mutant 9, failed) %t, run 3 (mutant 10, passed) %t; want true, false", Done("u", 2), Done("u", 3))
 	}
 }
+
+// A run SkipEnv skips is done at once, as a run of a mutant that failed, under RetryEnv only; the others
+// run. A SkipEnv that is no JSON object of runs from 1 does not parse.
+func TestSkip(t *testing.T) {
+	t.Setenv(Env, "3|4|5")
+	t.Setenv(SkipEnv, `{"pool scales": [1, 3]}`)
+	if Done("pool scales", 1) {
+		t.Errorf("Done of a skipped run without %s", RetryEnv)
+	}
+	t.Setenv(RetryEnv, "1")
+	for run, want := range map[int]bool{1: true, 2: false, 3: true} {
+		if got := Done("pool scales", run); got != want {
+			t.Errorf("Done(pool scales, %d) = %t, want %t", run, got, want)
+		}
+	}
+	if Done("pool drains", 1) {
+		t.Error("Done of a run of a spec SkipEnv does not name")
+	}
+	for _, s := range []string{`[1]`, `{"s": [0]}`, `{"s": "1"}`, `x`} {
+		if got, err := ParseSkip(s); err == nil {
+			t.Errorf("ParseSkip(%q) = %v, want an error", s, got)
+		}
+	}
+}
