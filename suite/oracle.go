@@ -293,7 +293,7 @@ func (c *Case) convergenceErrors(j *judgement) []string {
 func (c *Case) converged() error {
 	ctx, cancel := context.WithTimeout(context.Background(), convergenceTimeout+time.Second)
 	defer cancel()
-	_, err := c.s.waitQuiescent(ctx, c.Namespace, c.Started, convergenceWindow, convergenceTimeout, StateOnly())
+	_, err := c.s.waitQuiescent(ctx, c.Namespace, c.Started, convergenceWindow, convergenceTimeout, StateOnly(), func(q *quietConfig) { q.requeues = true })
 	if err == nil && len(c.Passes(PassFilter{})) == 0 {
 		err = errors.New("no controller ever ran a reconcile pass in the namespace: is it admitted (see Unadmitted), are its kinds watched by a manager, did the spec create anything?")
 	}

@@ -434,6 +434,25 @@ func (r *recorder) lastPassErrors(ns string) []Pass {
 	return out
 }
 
+// owedRequeue reports whether a controller key in namespace ns is owed a requeue since changed: its latest
+// pass began before changed, ended without an error and asked for a RequeueAfter (after compression). due is
+// the latest time such a requeue falls due (pass end plus its delay), which may be past when the queue or a
+// busy machine runs it late.
+func (r *recorder) owedRequeue(ns string, changed time.Time) (due time.Time, owed bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, p := range r.lastPass {
+		if p.scope != ns || p.End.IsZero() || p.Err != nil || p.RequeueAfter <= 0 || !p.Start.Before(changed) || r.cutByStop(p) {
+			continue
+		}
+		owed = true
+		if d := p.End.Add(p.RequeueAfter); d.After(due) {
+			due = d
+		}
+	}
+	return due, owed
+}
+
 // cutByStop reports whether p's manager instance was stopped (or fenced by a restart point) before p
 // ended: its error is then that stop's, a cancelled context or a refused write, not the operator giving up,
 // and the key's next pass, if any, is another instance's (a follower that took over reconciles under its own
