@@ -86,6 +86,7 @@ func (s *Suite) waitQuiescent(ctx context.Context, ns string, since time.Time, w
 		running := s.rec.running(ns)
 		now := time.Now()
 		retryDue := false
+		var owedDue time.Time // when an owed requeue falls due (zero: none owed)
 		if running == 0 && now.Sub(last) >= window {
 			took := now.Sub(start)
 			failed := s.rec.lastPassErrors(ns)
@@ -100,33 +101,13 @@ func (s *Suite) waitQuiescent(ctx context.Context, ns string, since time.Time, w
 				if !owed || !now.Before(deadline) {
 					return took, nil
 				}
-				retryDue = true
-				if due.After(now) {
-					next := deadline
-					if due.Before(deadline) {
-						next = due
-					}
-					timer := time.NewTimer(time.Until(next) + time.Millisecond)
-					select {
-					case <-ctx.Done():
-						timer.Stop()
-						return time.Since(start), ctx.Err()
-					case <-wake:
-					case <-timer.C:
-					}
-					timer.Stop()
-					continue
+				retryDue, owedDue = true, due
+			} else if retryDue = !cfg.firstQuiet && !allTerminal(failed) && now.Before(deadline); !retryDue {
+				var lines []string
+				for _, p := range failed {
+					lines = append(lines, p.line())
 				}
-			}
-			// With no failed pass here, a requeue is owed and due already: the wait goes on for its pass.
-			if len(failed) > 0 {
-				if retryDue = !cfg.firstQuiet && !allTerminal(failed) && now.Before(deadline); !retryDue {
-					var lines []string
-					for _, p := range failed {
-						lines = append(lines, p.line())
-					}
-					return took, fmt.Errorf("namespace %s: %w:\n%s", ns, errLastPassFailed, indent(lines))
-				}
+				return took, fmt.Errorf("namespace %s: %w:\n%s", ns, errLastPassFailed, indent(lines))
 			}
 		}
 		if now.After(deadline) {
@@ -135,6 +116,9 @@ func (s *Suite) waitQuiescent(ctx context.Context, ns string, since time.Time, w
 		next := last.Add(window)
 		if running > 0 || retryDue || next.After(deadline) {
 			next = deadline
+		}
+		if owedDue.After(now) && owedDue.Before(next) {
+			next = owedDue
 		}
 		timer := time.NewTimer(time.Until(next) + time.Millisecond)
 		select {
