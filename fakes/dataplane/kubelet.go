@@ -284,6 +284,14 @@ func (k *kubelet) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 	}
 	desired, wake := k.advanceLocked(req.NamespacedName, st, pod, now)
 	remove := removable(pod) && !st.removed
+	var recheck time.Duration // when to look again at a pod left at grace period 0 (0: no need)
+	if left, wait := leftAtGraceZero(pod, now); left && !st.removed {
+		if wait > 0 {
+			recheck = wait
+		} else {
+			remove = true
+		}
+	}
 	st.removed = st.removed || remove
 	k.mu.Unlock()
 
@@ -313,6 +321,9 @@ func (k *kubelet) Reconcile(ctx context.Context, req reconcile.Request) (reconci
 	result := reconcile.Result{}
 	if !wake.IsZero() {
 		result.RequeueAfter = max(wake.Sub(now), time.Millisecond)
+	}
+	if recheck > 0 && (result.RequeueAfter == 0 || recheck < result.RequeueAfter) {
+		result.RequeueAfter = recheck
 	}
 	return result, nil
 }

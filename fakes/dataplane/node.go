@@ -147,15 +147,33 @@ func (k *kubelet) remove(ctx context.Context, pod *corev1.Pod) error {
 	return err
 }
 
-// removable reports whether the kubelet must delete pod now: it is terminating, bound to a node, and its
-// finalizers are gone. A grace period of 0 does not exempt it. The API server deletes in two phases (it sets
-// deletionTimestamp and the grace period, then removes the pod), and a delete cut short between them (its
-// client went away mid-request, as a restarted kubelet's last delete does) leaves the pod there with grace
-// period 0 and nobody to remove it. The real kubelet's status manager deletes every terminated pod that is
-// still there, whatever its grace period, and the API server removes such a pod at once (its BeforeDelete
-// treats a stored grace period of 0 as a delete to finish).
+// removable reports whether the kubelet must delete pod now: it is terminating, bound to a node, its
+// finalizers are gone, and its grace period is not already 0 (then the API server removes it itself, see
+// leftAtGraceZero).
 func removable(pod *corev1.Pod) bool {
-	return pod.DeletionTimestamp != nil && pod.Spec.NodeName != "" && len(pod.Finalizers) == 0
+	return pod.DeletionTimestamp != nil && pod.Spec.NodeName != "" && len(pod.Finalizers) == 0 &&
+		(pod.DeletionGracePeriodSeconds == nil || *pod.DeletionGracePeriodSeconds > 0)
+}
+
+// stuckAfter is how long after its deletionTimestamp a bound pod with grace period 0 and no finalizers may still
+// be there before the kubelet deletes it (2 s: the timestamp has whole seconds, and the API server removes such
+// a pod within the request that set it).
+const stuckAfter = 2 * time.Second
+
+// leftAtGraceZero reports whether pod is bound, has no finalizers and was left terminating with grace period 0,
+// and how long until it counts as stuck (0: it does now). The API server deletes in two phases (it sets
+// deletionTimestamp and the grace period, then removes the pod), so a terminal pod deleted with grace period 0
+// shows in that state for a moment. A delete cut short between the phases (its client went away mid-request, as
+// a restart point stopping the kubelet during its own grace-0 delete) leaves the pod there with nobody to remove
+// it. The real kubelet's status manager deletes every terminated pod still there, whatever its grace period
+// (canBeDeleted), and the API server finishes such a delete at once (BeforeDelete treats a stored grace
+// period of 0 as a delete to finish).
+func leftAtGraceZero(pod *corev1.Pod, now time.Time) (bool, time.Duration) {
+	if pod.DeletionTimestamp == nil || pod.Spec.NodeName == "" || len(pod.Finalizers) > 0 ||
+		pod.DeletionGracePeriodSeconds == nil || *pod.DeletionGracePeriodSeconds != 0 {
+		return false, 0
+	}
+	return true, max(pod.DeletionTimestamp.Add(stuckAfter).Sub(now), 0)
 }
 
 // ipPool hands out pod IPs from PodCIDR, in turn, skipping those held by pods that still exist.
