@@ -45,8 +45,8 @@ func Runs() int {
 }
 
 // runCount is how many runs of each spec ENSEMBLE_PERTURB and ENSEMBLE_MUTANTS ask for: the one that asks
-// for more than one (both must then agree), else 1. Errors: a variable that does not parse, or the two
-// asking for different counts.
+// for more than one (both must then agree), else 1. Errors: a variable that does not parse (mutant.SkipEnv's
+// too, the runs each spec skips), or the two asking for different counts.
 func runCount() (int, error) {
 	points, err := perturb.ParseRuns(os.Getenv("ENSEMBLE_PERTURB"))
 	if err != nil {
@@ -54,6 +54,11 @@ func runCount() (int, error) {
 	}
 	mutants, err := mutant.Runs()
 	if err != nil {
+		return 1, fmt.Errorf("suite: %w", err)
+	}
+	// A skip list that does not parse would skip nothing: each run of a spec that does not cover its
+	// mutant would run in full, as long as the unmutated spec takes, instead of failing at once.
+	if _, err := mutant.ParseSkip(os.Getenv(mutant.SkipEnv)); err != nil {
 		return 1, fmt.Errorf("suite: %w", err)
 	}
 	switch {

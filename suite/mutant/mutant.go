@@ -95,14 +95,14 @@ func ParseSkip(s string) (map[string]map[int]bool, error) {
 	}
 	var raw map[string][]int
 	if err := json.Unmarshal([]byte(s), &raw); err != nil {
-		return nil, fmt.Errorf("%s: %v", SkipEnv, err)
+		return nil, fmt.Errorf(`%s: %v: give a JSON object from each spec's full text to the runs it skips, such as {"pool scales": [2, 3]}, or leave it unset`, SkipEnv, err)
 	}
 	out := map[string]map[int]bool{}
 	for spec, runs := range raw {
 		out[spec] = map[int]bool{}
 		for _, r := range runs {
 			if r < 1 {
-				return nil, fmt.Errorf("%s: spec %q skips run %d: runs count from 1", SkipEnv, spec, r)
+				return nil, fmt.Errorf("%s: spec %q skips run %d: runs count from 1, give 1 or more", SkipEnv, spec, r)
 			}
 			out[spec][r] = true
 		}
@@ -174,14 +174,18 @@ func Begin(spec string, run int) error {
 }
 
 // Done says run (from 1) of spec is to fail at once with ErrDone, under RetryEnv: its mutant failed in an
-// earlier run of the process, or SkipEnv skips it (a SkipEnv that does not parse skips nothing). It writes
-// the run's Marker (mutant 0: none ran) when so.
+// earlier run of the process, or SkipEnv skips it. It writes the run's Marker (mutant 0: none ran) when so.
+// A SkipEnv that does not parse never reaches it: the harness's Boot refuses it with ParseSkip's error, as
+// it refuses an Env that does not parse, before any run begins.
 func Done(spec string, run int) bool {
 	runs, err := Runs()
 	if err != nil || !Retrying() || run < 1 || run > len(runs) {
 		return false
 	}
-	skip, _ := ParseSkip(os.Getenv(SkipEnv))
+	skip, err := ParseSkip(os.Getenv(SkipEnv))
+	if err != nil {
+		return false // Boot refused it
+	}
 	mu.Lock()
 	done := failed[runs[run-1]] || skip[spec][run]
 	mu.Unlock()
