@@ -49,10 +49,12 @@ type batcher struct {
 	// queued are points drawn while a batch of another spec filled, in the order drawn; the next batches take
 	// them first, a spec at a time.
 	queued []SpecPoint
-	// points are each row's point; outs and took are each row's outcomes and run times by repeat; left counts the runs a row still needs.
+	// points are each row's point; outs, took and dirs are each row's outcomes, run times and run
+	// directories by repeat; left counts the runs a row still needs.
 	points []SpecPoint
 	outs   [][]Outcome
 	took   [][]Duration
+	dirs   [][]string
 	left   []int
 	// drawn counts the points handed out: the sampler's (this shard's and the others'), or todo's;
 	// started is when the points began, began when the command did (for Row.Elapsed).
@@ -160,6 +162,7 @@ func (b *batcher) add(batch []item, sp SpecPoint) []item {
 	b.points = append(b.points, sp)
 	b.outs = append(b.outs, make([]Outcome, b.c.repeat))
 	b.took = append(b.took, make([]Duration, b.c.repeat))
+	b.dirs = append(b.dirs, make([]string, b.c.repeat))
 	b.left = append(b.left, b.c.repeat)
 	for k := range b.c.repeat {
 		it := item{row: len(b.x.Rows) - 1, sp: sp, k: k}
@@ -213,7 +216,7 @@ func (b *batcher) run(ctx context.Context, r *runner, batch []item, desc, baseli
 	for _, it := range batch {
 		runs = append(runs, it.sp.Point.String())
 	}
-	dir := filepath.Join(r.dir, "points", pointDir(batch[0].row, batch[0].sp))
+	dir := filepath.Join(r.dir, "points", processDir(batch[0]))
 	start := time.Now()
 	res := r.run(ctx, dir, specFocus(desc, spec), strings.Join(runs, perturb.RunSeparator), baseline)
 	end := time.Now()
@@ -283,19 +286,19 @@ func (b *batcher) run(ctx context.Context, r *runner, batch []item, desc, baseli
 		}
 		d := ended.Sub(prev)
 		prev = ended
-		b.outs[it.row][it.k], b.took[it.row][it.k] = o, Duration(d)
+		b.outs[it.row][it.k], b.took[it.row][it.k], b.dirs[it.row][it.k] = o, Duration(d), dir
 		b.runTimes = append(b.runTimes, d)
 		if b.left[it.row]--; b.left[it.row] == 0 {
-			b.finishRow(it.row, dir)
+			b.finishRow(it.row)
 		}
 	}
 }
 
 // finishRow makes row i from its runs and prints its line (called with b.mu held).
-func (b *batcher) finishRow(i int, dir string) {
+func (b *batcher) finishRow(i int) {
 	sp := b.points[i]
 	row := combine(sp, b.outs[i])
-	row.Took, row.Dir, row.Elapsed = b.took[i], dir, Duration(time.Since(b.began))
+	row.Took, row.Dirs, row.Dir, row.Elapsed = b.took[i], b.dirs[i], b.dirs[i][shown(b.outs[i])], Duration(time.Since(b.began))
 	row.Command = rerun(b.c.suite, b.desc, sp.Spec, row.Point, b.c.viaMake)
 	b.x.Rows[i] = row
 	for k, re := range b.p.until {
@@ -333,7 +336,7 @@ func (b *batcher) finish() {
 			}
 		}
 		b.left[i] = 0
-		b.finishRow(i, "")
+		b.finishRow(i)
 		rows = append(rows, b.x.Rows[i])
 	}
 	slices.SortStableFunc(rows, func(a, b Row) int { return a.Index - b.Index })

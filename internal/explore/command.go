@@ -611,6 +611,9 @@ func report(out io.Writer, x Exploration, took []time.Duration, pointsWall time.
 		switch {
 		case r.Verdict == Fail || !r.Agree:
 			fmt.Fprintf(out, "\nFAIL %s on %q\n  %s\n", r.Point, r.Spec, r.Failure)
+			if !r.Agree {
+				fmt.Fprintf(out, "  runs:     %s\n", runDirs(r))
+			}
 			if r.Difference != r.Failure {
 				fmt.Fprintf(out, "  first difference: %s\n", r.Difference)
 			}
@@ -623,10 +626,25 @@ func report(out io.Writer, x Exploration, took []time.Duration, pointsWall time.
 		case r.Verdict == NotReached && r.Failure != "":
 			fmt.Fprintf(out, "\nNOT REACHED but failed: %s on %q (the spec failed without the point firing)\n  %s\n  rerun: %s\n", r.Point, r.Spec, r.Failure, r.Command)
 		case r.Verdict == Error:
-			fmt.Fprintf(out, "\nERROR %s on %q: %s\n  runs: %s\n", r.Point, r.Spec, r.Failure, r.Dir)
+			fmt.Fprintf(out, "\nERROR %s on %q: %s\n  runs: %s\n", r.Point, r.Spec, r.Failure, runDirs(r))
 		}
 	}
 	fmt.Fprintln(out)
+}
+
+// runDirs names the directories of a row's runs, each once, in the runs' order; Dir alone for a row that
+// has no Dirs (an explore.json written before they were kept).
+func runDirs(r Row) string {
+	var dirs []string
+	for _, d := range r.Dirs {
+		if d != "" && !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
+	}
+	if len(dirs) == 0 {
+		return r.Dir
+	}
+	return strings.Join(dirs, ", ")
 }
 
 func joinModes(ms []perturb.Mode) string {
@@ -640,6 +658,22 @@ func joinModes(ms []perturb.Mode) string {
 // pointDir is the directory name of the i-th point's runs: its number and the point in file-name characters.
 func pointDir(i int, sp SpecPoint) string {
 	return fmt.Sprintf("%03d-%s", i+1, strings.Trim(unsafeName.ReplaceAllString(sp.Point.String(), "-"), "-"))
+}
+
+// processDir is the directory name of the test process whose first run is it: its point's pointDir, with
+// "-repeat<k>" for -repeat's k-th run of the point (from 2) and "-retry" for the process that runs again the
+// runs of one whose suite set-up failed. No two processes of a command share a first run, so each writes
+// its records, report and log apart: a later repeat of a point, in a process of its own, keeps the earlier
+// one's.
+func processDir(it item) string {
+	name := pointDir(it.row, it.sp)
+	if it.k > 0 {
+		name += fmt.Sprintf("-repeat%d", it.k+1)
+	}
+	if it.retried {
+		name += "-retry"
+	}
+	return name
 }
 
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)

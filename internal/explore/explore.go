@@ -817,8 +817,11 @@ type Row struct {
 	// Verdicts are every run's verdict, in order; Agree says they are all the same.
 	Verdicts []string
 	Agree    bool
-	// Took is each run's wall time; Dir is the directory of the point's runs.
+	// Took is each run's wall time. Dirs is each run's directory (its test process's: records/, artifacts/,
+	// suite.json and output.log; "" for a run that never ran), in order: -repeat's runs of a point may run
+	// in several processes. Dir is the directory of the run whose Outcome the row shows.
 	Took []Duration
+	Dirs []string `json:",omitempty"`
 	Dir  string
 	// Elapsed is the wall time from the command's start (its shard's, after -merge) to the point's verdict.
 	Elapsed Duration
@@ -843,20 +846,22 @@ func (d *Duration) UnmarshalText(b []byte) error {
 
 // combine makes a point's row from its runs' outcomes (at least one).
 func combine(sp SpecPoint, outs []Outcome) Row {
-	row := Row{Index: sp.Index, Spec: sp.Spec, Point: sp.Point.String(), Mode: sp.Point.Mode, Outcome: outs[0], Agree: true}
+	row := Row{Index: sp.Index, Spec: sp.Spec, Point: sp.Point.String(), Mode: sp.Point.Mode, Outcome: outs[shown(outs)], Agree: true}
 	for _, o := range outs {
 		row.Verdicts = append(row.Verdicts, o.Verdict)
 		row.Agree = row.Agree && o.Verdict == outs[0].Verdict
 	}
-	if !row.Agree {
-		for _, o := range outs {
-			if o.Verdict == Fail {
-				row.Outcome = o
-				break
-			}
-		}
-	}
 	return row
+}
+
+// shown is the run whose outcome a row shows (at least one): the first, or the first failing one when the
+// verdicts differ.
+func shown(outs []Outcome) int {
+	differ := slices.ContainsFunc(outs, func(o Outcome) bool { return o.Verdict != outs[0].Verdict })
+	if k := slices.IndexFunc(outs, func(o Outcome) bool { return o.Verdict == Fail }); differ && k >= 0 {
+		return k
+	}
+	return 0
 }
 
 // verdictCell is the table's verdict of a row: the verdict, or every run's when they disagree.

@@ -55,8 +55,10 @@ for ((k = 1; k <= n; k++)); do
     "") kind=base ;;
     restart@*) kind=unfired ;;
     conflict@op/ctl:Kind/a#2) kind=fail ;;
-    # FAKE_FAIL2 makes a second point fail, otherwise.
-    conflict@kubelet:Pod/p#1) kind=pass; [[ -z "${FAKE_FAIL2:-}" ]] || kind=fail2 ;;
+    # FAKE_FAIL2 makes a second point fail, otherwise; FAKE_FLIP makes it pass in the first process that
+    # runs it and fail in the later ones.
+    conflict@kubelet:Pod/p#1) kind=pass; [[ -z "${FAKE_FAIL2:-}" ]] || kind=fail2
+      if [[ -n "${FAKE_FLIP:-}" ]]; then [[ -e "$FAKE/flipped" ]] && kind=fail2; touch "$FAKE/flipped"; fi ;;
     *) kind=pass ;;
   esac
   sed "s/\"namespace\":\"ns-1\"/\"namespace\":\"ns-1\",\"run\":$k/" "$FAKE/record-$kind.json" >"$ENSEMBLE_EXPLORE/case-$k.json"
@@ -255,6 +257,70 @@ func TestRunWithAFakeSuite(t *testing.T) {
 	c.budget, c.reportDir = "0", filepath.Join(dir, "out4")
 	if x, err = run(context.Background(), c, &out); err != nil || len(x.Rows) != 0 || x.Existed != 6 {
 		t.Errorf("a budget of 0: %v, %d rows of %d points, want none of 6\n%s", err, len(x.Rows), x.Existed, out.String())
+	}
+}
+
+// -repeat's runs of a point in processes of their own keep a directory each: the later run's records,
+// report and log do not overwrite the earlier's, the row names every run's directory and, as its Dir, that
+// of the run whose outcome it shows, and explore.json and a merge of shards keep them.
+func TestRepeatsKeepEveryRunsDirectory(t *testing.T) {
+	dir, bin := fake(t)
+	t.Setenv("FAKE_FLIP", "1")
+	reports := filepath.Join(dir, "out")
+	c := config{suite: dir, bin: bin, focus: "scales", modes: "conflict", budget: "5", points: "conflict@kubelet:Pod/p#1", repeat: 3, jobs: 1,
+		batch: 1, reportDir: reports, timeout: time.Minute}
+	var out bytes.Buffer
+	x, err := run(context.Background(), c, &out)
+	if err != nil || len(x.Rows) != 1 {
+		t.Fatalf("run: %v, %d rows, want 1\n%s", err, len(x.Rows), out.String())
+	}
+	row := x.Rows[0]
+	points := filepath.Join(reports, "points")
+	first := filepath.Join(points, "001-conflict-kubelet-Pod-p-1")
+	want := []string{first, first + "-repeat2", first + "-repeat3"}
+	if !reflect.DeepEqual(row.Verdicts, []string{Pass, Fail, Fail}) || !reflect.DeepEqual(row.Dirs, want) || row.Dir != want[1] {
+		t.Fatalf("the row: verdicts %v, dirs %q, dir %q; want pass, fail, fail in %q, its dir the second's\n%s", row.Verdicts, row.Dirs, row.Dir, want, out.String())
+	}
+	entries, err := os.ReadDir(points)
+	if err != nil || len(entries) != 3 {
+		t.Errorf("%s holds %d directories (%v), want one a run", points, len(entries), err)
+	}
+	// Each run's own record: the first passed, the later ones failed.
+	for k, d := range want {
+		recs, err := perturb.ReadRecords(filepath.Join(d, "records"))
+		failed := 0
+		for _, r := range recs {
+			if r.Spec == fakeSpec && r.Failed {
+				failed++
+			}
+		}
+		if err != nil || len(recs) != 2 || (failed == 1) != (k > 0) {
+			t.Errorf("run %d's records in %s: %d, %d of them failed (%v); want the run's own", k+1, d, len(recs), failed, err)
+		}
+		if _, err := os.Stat(filepath.Join(d, "suite.json")); err != nil {
+			t.Errorf("run %d: %v", k+1, err)
+		}
+	}
+	if !strings.HasPrefix(row.Timeline, want[1]+"/") {
+		t.Errorf("the failing run's timeline %q, want one under %s", row.Timeline, want[1])
+	}
+	if s := "  runs:     " + strings.Join(want, ", "); !strings.Contains(out.String(), s) {
+		t.Errorf("the output lacks %q:\n%s", s, out.String())
+	}
+	var back Exploration
+	b, err := os.ReadFile(filepath.Join(reports, "explore.json"))
+	if err == nil {
+		err = json.Unmarshal(b, &back)
+	}
+	if err != nil || len(back.Rows) != 1 || !reflect.DeepEqual(back.Rows[0].Dirs, want) || back.Rows[0].Dir != want[1] {
+		t.Errorf("explore.json: %v, %+v", err, back.Rows)
+	}
+	// A merge of shards keeps each row's directories.
+	back.Shard = "1/1"
+	writeJSON(t, filepath.Join(dir, "shard.json"), back)
+	merged, err := mergeShards([]string{filepath.Join(dir, "shard.json")}, filepath.Join(dir, "merged"), io.Discard)
+	if err != nil || len(merged.Rows) != 1 || !reflect.DeepEqual(merged.Rows[0].Dirs, want) || merged.Rows[0].Dir != want[1] {
+		t.Errorf("merged: %v, %+v", err, merged.Rows)
 	}
 }
 
