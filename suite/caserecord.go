@@ -180,8 +180,8 @@ func (s *Suite) watchingSince() map[string]map[string]time.Time {
 		kinds := map[string]time.Time{}
 		m.holds.mu.Lock()
 		for _, in := range m.holds.informers {
-			if t, ok := kinds[in.kind]; !in.since.IsZero() && (!ok || in.since.Before(t)) {
-				kinds[in.kind] = in.since
+			if t, ok := kinds[in.kind.Kind]; !in.since.IsZero() && (!ok || in.since.Before(t)) {
+				kinds[in.kind.Kind] = in.since
 			}
 		}
 		m.holds.mu.Unlock()

@@ -18,8 +18,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 )
 
-// holds is one manager instance's set of held watch streams, by kind: while a kind is held, every event the
-// manager's informers of that kind read from the API server (of every object of the kind, in every
+// holds is one manager instance's set of held watch streams, by kind (its API group and kind: two groups'
+// kinds of one name are two streams): while a kind is held, every event the manager's informers of that kind read from the API server (of every object of the kind, in every
 // namespace, and every bookmark) waits in the order it was read, so that manager's view of the kind lags as
 // a whole, as behind a slow watch: its informers' resourceVersion stays where the hold began, and what they
 // are handed later comes in resourceVersion order.
@@ -42,7 +42,7 @@ type holds struct {
 	changed func(k heldKey, ev watch.Event) *changeTrigger
 
 	mu        sync.Mutex
-	held      map[string]*heldClaims
+	held      map[schema.GroupKind]*heldClaims
 	informers []*heldInformer
 }
 
@@ -59,7 +59,7 @@ type heldClaims struct {
 
 // newHolds returns an empty set of holds for a manager whose kinds scheme names.
 func newHolds(scheme *runtime.Scheme) *holds {
-	return &holds{scheme: scheme, held: map[string]*heldClaims{}}
+	return &holds{scheme: scheme, held: map[schema.GroupKind]*heldClaims{}}
 }
 
 // wrapCache returns o with NewInformer set so every informer the manager's cache builds watches through h
@@ -89,14 +89,15 @@ func (h *holds) wrapCache(o cache.Options) cache.Options {
 // informer wraps the ListerWatcher of one informer of kind gvk.
 func (h *holds) informer(lw toolscache.ListerWatcher, gvk schema.GroupVersionKind) *heldInformer {
 	in := &heldInformer{h: h, inner: toolscache.ToListerWatcherWithContext(lw),
-		noWatchList: watchlist.DoesClientNotSupportWatchListSemantics(lw), kind: gvk.Kind}
+		noWatchList: watchlist.DoesClientNotSupportWatchListSemantics(lw), kind: gvk.GroupKind()}
 	h.mu.Lock()
 	h.informers = append(h.informers, in)
 	h.mu.Unlock()
 	return in
 }
 
-// hold starts holding the watch stream of kind (as in the scheme, e.g. "Pod", "Shard") in every informer of
+// hold starts holding the watch stream of kind (its group and kind as in the scheme, e.g. {"", "Pod"},
+// {"example.com", "Shard"}; a kind of the same name in another group is not held) in every informer of
 // the manager from now on, for a point of the case in namespace ns (which heldBy reports). Without coalesce
 // the release delivers every held event in the order read; with it, the informers relist (the held events
 // are dropped and each informer gets the net state of every object: an object added and deleted while held
@@ -104,20 +105,21 @@ func (h *holds) informer(lw toolscache.ListerWatcher, gvk schema.GroupVersionKin
 // more than once and concurrently; after release, events flow again. Holding a kind already held returns a
 // release that ends only the new hold's claim (holds nest: the stream flows again when every hold on it was
 // released), and the informers relist only when every claim on the kind asked for coalesce.
-func (h *holds) hold(kind, ns string, coalesce bool) (release func()) {
+func (h *holds) hold(kind schema.GroupKind, ns string, coalesce bool) (release func()) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.claim(kind, ns, coalesce)
 }
 
-// heldBy returns the kinds held by points of the case in namespace ns, sorted.
+// heldBy returns the kinds held by points of the case in namespace ns ("Kind.group", "Kind" for the core
+// group), sorted.
 func (h *holds) heldBy(ns string) []string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	var out []string
 	for kind, c := range h.held {
 		if c.by[ns] > 0 {
-			out = append(out, kind)
+			out = append(out, kind.String())
 		}
 	}
 	sort.Strings(out)
@@ -125,7 +127,7 @@ func (h *holds) heldBy(ns string) []string {
 }
 
 // claim adds one hold on kind for namespace ns and returns its release (hold's). Called with h.mu held.
-func (h *holds) claim(kind, ns string, coalesce bool) (release func()) {
+func (h *holds) claim(kind schema.GroupKind, ns string, coalesce bool) (release func()) {
 	c := h.held[kind]
 	if c == nil {
 		c = &heldClaims{by: map[string]int{}}
@@ -139,7 +141,7 @@ func (h *holds) claim(kind, ns string, coalesce bool) (release func()) {
 
 // release ends one claim on kind by namespace ns; the last one hands every informer's held events of the
 // kind to its current watch, or makes the informer relist.
-func (h *holds) release(kind, ns string) {
+func (h *holds) release(kind schema.GroupKind, ns string) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	c := h.held[kind]
@@ -177,7 +179,7 @@ type heldInformer struct {
 	h           *holds
 	inner       toolscache.ListerWatcherWithContext
 	noWatchList bool
-	kind        string
+	kind        schema.GroupKind
 
 	// Guarded by h.mu. epoch counts drops of pending and ready (a relist, a restarted watch); expire is set by
 	// a coalescing release until a watch of the informer ended with 410 Expired (or it relisted); current is
@@ -260,8 +262,8 @@ func (in *heldInformer) drop() {
 
 // expired is the event that ends a watch whose resourceVersion the API server no longer has: the reflector
 // answers it with a relist.
-func expired(kind string) watch.Event {
-	st := apierrors.NewResourceExpired("the watch of " + kind + " was released by a coalescing point: relist").Status()
+func expired(kind schema.GroupKind) watch.Event {
+	st := apierrors.NewResourceExpired("the watch of " + kind.String() + " was released by a coalescing point: relist").Status()
 	return watch.Event{Type: watch.Error, Object: &st}
 }
 
@@ -325,7 +327,7 @@ func (w *heldWatch) run() {
 func (w *heldWatch) take(ev watch.Event) bool {
 	pass, fired, release := w.takeLocked(ev)
 	if fired != nil {
-		fired.fire(release)
+		fired.fire(w.in.kind, release)
 	}
 	return pass
 }
@@ -349,7 +351,7 @@ func (w *heldWatch) takeLocked(ev watch.Event) (pass bool, fired *changeTrigger,
 		return true, nil, nil
 	}
 	if ev.Type != watch.Bookmark && in.h.changed != nil {
-		k := heldKey{in.kind, a.GetNamespace(), a.GetName()}
+		k := heldKey{in.kind.Kind, a.GetNamespace(), a.GetName()}
 		if fired = in.h.changed(k, ev); fired != nil && fired.holds() {
 			release = in.h.claim(in.kind, fired.pl.ns, fired.coalesce())
 		}

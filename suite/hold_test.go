@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 
 	"github.com/ensembletest/ensemble/internal/controlplane"
+	"github.com/ensembletest/ensemble/suite/perturb"
 )
 
 // fakeListWatch is an informer's ListerWatcher whose every watch is a FakeWatcher the test drives.
@@ -55,6 +56,9 @@ func (f *fakeListWatch) last() *watch.FakeWatcher {
 	defer f.mu.Unlock()
 	return f.watches[len(f.watches)-1]
 }
+
+// configMapKind is the ConfigMap's group (core) and kind, as a hold names it.
+var configMapKind = schema.GroupKind{Kind: "ConfigMap"}
 
 // heldListWatch builds holds and one informer of example's kind over a fakeListWatch, through wrapCache
 // over an operator's own NewInformer (which only keeps the ListerWatcher it is handed).
@@ -181,11 +185,11 @@ func nothingDelivered(t *testing.T, w watch.Interface) {
 func TestHeldStreamOrder(t *testing.T) {
 	h, w, fw := heldConfigMapWatch(t)
 	g := NewWithT(t)
-	other := h.hold("Secret", "ns", false)
+	other := h.hold(schema.GroupKind{Kind: "Secret"}, "ns", false)
 	defer other()
 	fw.Add(cmAt("a", 1, "1"))
 	g.Expect(next(t, w, 1)).To(Equal([]string{"ADDED a 1 1"}), "a Secret hold holds ConfigMaps")
-	release := h.hold("ConfigMap", "ns", false)
+	release := h.hold(configMapKind, "ns", false)
 	g.Expect(h.heldBy("ns")).To(Equal([]string{"ConfigMap", "Secret"}))
 	g.Expect(h.heldBy("elsewhere")).To(BeEmpty())
 	fw.Modify(cmAt("a", 2, "2"))
@@ -221,7 +225,7 @@ func TestHeldStreamCoalesceRelists(t *testing.T) {
 	h, lw, f := heldListWatch(t, &corev1.ConfigMap{})
 	w := watchFrom(t, lw, "0")
 	defer w.Stop()
-	release := h.hold("ConfigMap", "ns", true)
+	release := h.hold(configMapKind, "ns", true)
 	f.last().Modify(cmAt("a", 1, "1"))
 	f.last().Modify(cmAt("a", 2, "2"))
 	waitHeld(t, h, 2)
@@ -242,7 +246,7 @@ func TestHeldStreamCoalesceRelists(t *testing.T) {
 
 	// Released while no watch is open: the next watch (a restart, not a relist) says 410 at once.
 	w2 := watchFrom(t, lw, "100")
-	again := h.hold("ConfigMap", "ns", true)
+	again := h.hold(configMapKind, "ns", true)
 	f.last().Modify(cmAt("a", 3, "3"))
 	waitHeld(t, h, 1)
 	w2.Stop()
@@ -269,8 +273,8 @@ func TestHeldStreamCoalesceRelists(t *testing.T) {
 func TestHeldStreamNests(t *testing.T) {
 	h, w, fw := heldConfigMapWatch(t)
 	g := NewWithT(t)
-	stale := h.hold("ConfigMap", "ns", false)
-	coalesce := h.hold("ConfigMap", "other", true)
+	stale := h.hold(configMapKind, "ns", false)
+	coalesce := h.hold(configMapKind, "other", true)
 	fw.Modify(cmAt("a", 1, "1"))
 	fw.Modify(cmAt("b", 2, "1"))
 	var wg sync.WaitGroup
@@ -301,7 +305,7 @@ func TestHeldStreamRelistAndRestart(t *testing.T) {
 		w := watchFrom(t, lw, "0")
 		f.last().Modify(cmAt("b", 1, "1"))
 		g.Expect(next(t, w, 1)).To(Equal([]string{"MODIFIED b 1 1"}))
-		release := h.hold("ConfigMap", "ns", false)
+		release := h.hold(configMapKind, "ns", false)
 		f.last().Modify(cmAt("a", 2, "1"))
 		f.last().Modify(cmAt("b", 3, "2"))
 		waitHeld(t, h, 2)
@@ -393,7 +397,7 @@ func TestHeldStreamDynamicKinds(t *testing.T) {
 				o.SetResourceVersion(strconv.Itoa(rv))
 				return o
 			}
-			release := h.hold("ConfigMap", "ns", false)
+			release := h.hold(configMapKind, "ns", false)
 			f.last().Modify(obj("a", 1))
 			f.last().Modify(obj("b", 2))
 			waitHeld(t, h, 2)
@@ -402,6 +406,62 @@ func TestHeldStreamDynamicKinds(t *testing.T) {
 			NewWithT(t).Expect(next(t, w, 2)).To(Equal([]string{"MODIFIED a 1 ", "MODIFIED b 2 "}))
 		})
 	}
+}
+
+// TestHeldStreamIsTheWrittenGroupsKind: a stale point that fires on a write holds the stream of the written
+// object's kind in its API group: of two kinds named Machine in different groups, both watched by the
+// writer's manager, only the written group's Machines wait, and the other's flow.
+func TestHeldStreamIsTheWrittenGroupsKind(t *testing.T) {
+	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
+	h := newHolds(newScheme())
+	var lws []toolscache.ListerWatcher
+	o := h.wrapCache(cache.Options{NewInformer: func(lw toolscache.ListerWatcher, _ runtime.Object, _ time.Duration, _ toolscache.Indexers) toolscache.SharedIndexInformer {
+		lws = append(lws, lw)
+		return nil
+	}})
+	const written, other = "cluster.x-k8s.io", "infrastructure.example.com"
+	machine := func(group, name string, rv int) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(schema.GroupVersionKind{Group: group, Version: "v1beta1", Kind: "Machine"})
+		u.SetNamespace("ns")
+		u.SetName(name)
+		if rv > 0 {
+			u.SetResourceVersion(strconv.Itoa(rv))
+		}
+		return u
+	}
+	watches := map[string]watch.Interface{}
+	fakes := map[string]*fakeListWatch{}
+	for _, group := range []string{written, other} {
+		fakes[group] = &fakeListWatch{}
+		o.NewInformer(fakes[group], machine(group, "", 0), 0, nil)
+		w := watchFrom(t, lws[len(lws)-1].(*heldInformer), "0")
+		defer w.Stop()
+		watches[group] = w
+	}
+	s := &Suite{managers: map[string]*Manager{"op": {Name: "op", holds: h}}}
+	pl := s.planFor("ns", true)
+	p, err := perturb.Parse("stale@op:Machine/a#1+1h")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.arm(pl, p)
+	w := &Write{Manager: "op", Verb: VerbCreate, Kind: "Machine", Namespace: "ns", Name: "a", scope: "ns"}
+	if f := s.perturbBefore(w, schema.GroupResource{Group: written, Resource: "machines"}); f.err != nil || w.Point != p.String() {
+		t.Fatalf("the write: %v, point %q; want %s fired and the write sent", f.err, w.Point, p)
+	}
+	defer pl.pending.Wait()
+	defer pl.releaseAll()
+	g := NewWithT(t)
+	fakes[written].last().Add(machine(written, "a", 1))
+	fakes[other].last().Add(machine(other, "a", 2))
+	g.Expect(next(t, watches[other], 1)).To(Equal([]string{"ADDED a 2 "}), "the other group's Machine is held")
+	waitHeld(t, h, 1)
+	nothingDelivered(t, watches[written])
+	g.Expect(h.heldBy("ns")).To(Equal([]string{"Machine." + written}))
+	pl.releaseAll()
+	g.Expect(next(t, watches[written], 1)).To(Equal([]string{"ADDED a 1 "}))
+	g.Expect(h.heldBy("ns")).To(BeEmpty())
 }
 
 // cmEvents records what one manager's ConfigMap informer hands its event handlers, per object name.
@@ -530,7 +590,7 @@ func TestHolds(t *testing.T) {
 		{"stale", false, []string{"added 0", "updated 0->1", "updated 1->2", "updated 2->3"}},
 		{"coalesced", true, []string{"added 0", "updated 0->3"}},
 	} {
-		release := m.holds.hold("ConfigMap", c.Namespace, tc.coalesce)
+		release := m.holds.hold(configMapKind, c.Namespace, tc.coalesce)
 		for v := 1; v <= 3; v++ {
 			set(tc.name, strconv.Itoa(v))
 		}
@@ -553,7 +613,7 @@ func TestHolds(t *testing.T) {
 	}
 
 	// Created and deleted while held with coalesce: the relist never shows it.
-	ghost := m.holds.hold("ConfigMap", c.Namespace, true)
+	ghost := m.holds.hold(configMapKind, c.Namespace, true)
 	g.Expect(c.Create(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "ghost"}, Data: map[string]string{"v": "0"}})).To(Succeed())
 	g.Expect(s.Client.Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: c.Namespace, Name: "ghost"}})).To(Succeed())
 	heldAtLeast(2)
@@ -565,8 +625,8 @@ func TestHolds(t *testing.T) {
 	g.Expect(apierrors.IsNotFound(reader.Get(ctx, key("ghost"), &corev1.ConfigMap{}))).To(BeTrue())
 
 	// Nested holds: the stream flows again only when both were released, each release ending its own claim.
-	outer := m.holds.hold("ConfigMap", c.Namespace, false)
-	inner := m.holds.hold("ConfigMap", c.Namespace, true)
+	outer := m.holds.hold(configMapKind, c.Namespace, false)
+	inner := m.holds.hold(configMapKind, c.Namespace, true)
 	set("stale", "4")
 	inner()
 	inner()

@@ -202,9 +202,10 @@ func (s *Suite) changeAt(manager string, k heldKey, ev watch.Event) *changeTrigg
 	return fired
 }
 
-// fire carries the trigger's point out in the case's plan (fire); release ends the hold the watch began for
-// stale and coalesce (nil for the other modes). A plan already closed releases it at once.
-func (ch *changeTrigger) fire(release func()) {
+// fire carries the trigger's point out in the case's plan (fire); kind is the group and kind of the
+// informer whose watch read the change, and release ends the hold that watch began for stale and coalesce
+// (nil for the other modes). A plan already closed releases it at once.
+func (ch *changeTrigger) fire(kind schema.GroupKind, release func()) {
 	pl, p := ch.pl, ch.a.p
 	pl.mu.Lock()
 	if pl.closed {
@@ -215,7 +216,7 @@ func (ch *changeTrigger) fire(release func()) {
 		return
 	}
 	what := fmt.Sprintf("%s at %s/%s (its change %d, as %s's watch delivered it", p, ch.key.kind, ch.key.name, ch.n, p.Manager())
-	_, restart := ch.s.fire(pl, ch.a, what, p.Manager(), ch.key.kind, nil, release)
+	_, restart := ch.s.fire(pl, ch.a, what, p.Manager(), kind, nil, release)
 	pl.mu.Unlock()
 	if restart {
 		ch.s.restart(pl, p.Manager(), p)
@@ -224,11 +225,11 @@ func (ch *changeTrigger) fire(release func()) {
 
 // fire carries out a, whose point p fired, in plan pl (called with pl.mu held): the one place that
 // dispatches on p's mode. what says where it fired, for the case's report. manager is the writer's manager
-// and kind the object's, whose watch stream a held mode holds in that manager. On a write trigger (w set) a fault refuses w (refuse is set) and a
+// and kind the object's group and kind, whose watch stream a held mode holds in that manager. On a write trigger (w set) a fault refuses w (refuse is set) and a
 // restart waits for w to be done; on a change trigger a fault refuses the writer's next write and the
 // restart is due at once. Either way restart asks the caller to restart manager once pl.mu is released.
 // release is the hold a change trigger's watch already began (stale, coalesce), nil otherwise.
-func (s *Suite) fire(pl *plan, a *armed, what, manager, kind string, w *Write, release func()) (refuse, restart bool) {
+func (s *Suite) fire(pl *plan, a *armed, what, manager string, kind schema.GroupKind, w *Write, release func()) (refuse, restart bool) {
 	p := a.p
 	if w != nil && w.Point == "" {
 		w.Point = p.String()
@@ -310,7 +311,7 @@ func (s *Suite) perturbBefore(w *Write, gr schema.GroupResource) fired {
 		}
 		p := a.p
 		what := fmt.Sprintf("%s at %s/%s (%s by %s", p, w.Kind, w.Name, w.Verb, writer)
-		refuse, restart := s.fire(pl, a, what, w.Manager, w.Kind, w, nil)
+		refuse, restart := s.fire(pl, a, what, w.Manager, schema.GroupKind{Group: gr.Group, Kind: w.Kind}, w, nil)
 		if refuse && out.err == nil {
 			out.err = p.Error(gr, w.Name)
 		}
@@ -407,7 +408,7 @@ func (s *Suite) restart(pl *plan, manager string, p perturb.Point) {
 // (called with pl.mu held): stale and coalesce hold manager's watch stream of kind (holds.hold). It returns
 // its firing; nil when it could not begin (the reason is kept for the case's cleanup). release, when set, is
 // the hold a change trigger's watch already began.
-func (s *Suite) startHeld(pl *plan, p perturb.Point, manager, kind string, release func()) *firing {
+func (s *Suite) startHeld(pl *plan, p perturb.Point, manager string, kind schema.GroupKind, release func()) *firing {
 	f := &firing{p: p, left: p.For, release: release, ended: make(chan struct{})}
 	switch {
 	case release != nil:

@@ -657,7 +657,7 @@ func testRuns(t *testing.T, s *Suite) {
 		// What a harness bug could leave behind: a plan, an admission, a held watch, a goroutine.
 		s.arm(s.planFor(ns, true), conflict)
 		s.gate.admit(ns)
-		release := running().holds.hold("ConfigMap", ns, false)
+		release := running().holds.hold(configMapKind, ns, false)
 		block := make(chan struct{})
 		goCase(ns, func() { <-block })
 		defer func() {
