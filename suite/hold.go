@@ -19,8 +19,9 @@ import (
 )
 
 // holds is one manager instance's set of held watch streams, by kind (its API group and kind: two groups'
-// kinds of one name are two streams): while a kind is held, every event the manager's informers of that kind read from the API server (of every object of the kind, in every
-// namespace, and every bookmark) waits in the order it was read, so that manager's view of the kind lags as
+// kinds of one name are two streams). While a kind is held, every event the manager's informers of that kind
+// read from the API server (of every object of the kind, in every namespace, and every bookmark) waits in
+// the order it was read, so that manager's view of the kind lags as
 // a whole, as behind a slow watch: its informers' resourceVersion stays where the hold began, and what they
 // are handed later comes in resourceVersion order.
 //
