@@ -292,6 +292,8 @@ func (c *Case) namespaced(obj client.Object) bool {
 // whose name ENSEMBLE_TIMELINE selects gets its timeline too.
 func (c *Case) cleanup() {
 	at := time.Now()
+	// The cleanup reports its own failures only at its end: a test failed by now failed in the spec.
+	specFailed := c.t.Failed()
 	c.stopInvariants()
 	// The perturbation ends before anything is judged: the oracles look at how the operators recover.
 	points, firedAt, failures := c.endPerturbation()
@@ -306,11 +308,11 @@ func (c *Case) cleanup() {
 		c.mark(first)
 		failures = append(failures, e)
 	}
-	j := &judgement{}
+	j := &judgement{specFailed: specFailed}
 	failures = append(failures, c.runOracles(j)...)
 	// A case outside a spec (a suite node's, whose test has no name) is no spec's run to record.
 	if c.s.exploreDir != "" && c.t.Name() != "" {
-		if err := c.writeRecord(points, firedAt, j.endState(c), failures); err != nil {
+		if err := c.writeRecord(points, firedAt, j.endState(c), failures, specFailed); err != nil {
 			failures = append(failures, "suite: ENSEMBLE_EXPLORE: writing the case's record: "+err.Error())
 		}
 	}

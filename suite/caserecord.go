@@ -80,9 +80,10 @@ func readRecords(dir string) ([]perturb.Record, error) {
 }
 
 // writeRecord writes the case's perturb.Record to ENSEMBLE_EXPLORE's directory.
-func (c *Case) writeRecord(points, firedAt []string, end map[string]map[string]string, failures []string) error {
+// specFailed says the test had failed when the cleanup began (perturb.Record.SpecFailed).
+func (c *Case) writeRecord(points, firedAt []string, end map[string]map[string]string, failures []string, specFailed bool) error {
 	r := perturb.Record{Spec: c.t.Name(), Namespace: c.Namespace, Run: c.run, Started: c.Started, Ended: time.Now(), Points: points, Fired: firedAt,
-		EndState: end, Failed: c.t.Failed() || len(failures) > 0, Writes: []perturb.RecordWrite{}}
+		EndState: end, Failed: c.t.Failed() || len(failures) > 0, SpecFailed: specFailed, Writes: []perturb.RecordWrite{}}
 	for name := range c.s.externals {
 		r.Externals = append(r.Externals, name)
 	}

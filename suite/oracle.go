@@ -73,11 +73,14 @@ var oracleTable = []oracleSpec{
 	{Differential, "Differential", "an end state other than the unperturbed runs' (ENSEMBLE_BASELINE)", (*Case).differentialErrors},
 }
 
-// judgement is what the oracles of one case's end share: their failures so far, and the case's end state,
-// read once when an oracle or the case's explore record needs it.
+// judgement is what the oracles of one case's end share: their failures so far, the case's end state, read
+// once when an oracle or the case's explore record needs it, whether the spec had failed before its
+// cleanup began (specFailed), and whether the convergence oracle saw the namespace settle (settled).
 type judgement struct {
-	failures []string
-	end      map[string]map[string]string
+	failures   []string
+	end        map[string]map[string]string
+	specFailed bool
+	settled    bool
 }
 
 // endState is the case's end state (Case.endState), read on first use.
@@ -286,6 +289,7 @@ func (c *Case) convergenceErrors(j *judgement) []string {
 		c.mark(first)
 		return []string{err.Error()}
 	}
+	j.settled = true
 	return nil
 }
 
@@ -345,7 +349,9 @@ func contentKey(fields map[string]string) string {
 // differentialErrors compares the case's end state with the unperturbed runs' of the same spec
 // (ENSEMBLE_BASELINE) and renders the differences; none without a baseline for the spec (a case outside a
 // spec, a suite node's, has none), and none (with a report entry) for a case that opted out of Convergence,
-// whose end state is not a settled one.
+// whose end state is not a settled one. When the convergence oracle did not see the namespace settle (the
+// spec or an oracle before it failed, so it did not wait, or it waited in vain), the failure says so first:
+// the end state it compares may be one the operators were still changing.
 func (c *Case) differentialErrors(j *judgement) []string {
 	base := c.s.baselines[c.t.Name()]
 	if len(base) == 0 || c.t.Name() == "" {
@@ -373,7 +379,15 @@ func (c *Case) differentialErrors(j *judgement) []string {
 	if len(diff) == 0 {
 		return nil
 	}
-	msg := fmt.Sprintf("oracle %s: the end state differs from the unperturbed run's in %d fields:\n%s", Differential, len(diff), indent(diff))
+	unsettled := ""
+	switch {
+	case j.settled:
+	case j.specFailed:
+		unsettled = "the spec failed before its end state settled; "
+	default:
+		unsettled = "an oracle failed before the end state was seen to settle; "
+	}
+	msg := fmt.Sprintf("oracle %s: %sthe end state differs from the unperturbed run's in %d fields:\n%s", Differential, unsettled, len(diff), indent(diff))
 	first, _, _ := strings.Cut(msg, "\n")
 	c.mark(first)
 	return []string{msg}

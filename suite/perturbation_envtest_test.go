@@ -354,7 +354,7 @@ func testPerturbation(t *testing.T, s *Suite) {
 			first = r.Writes[0]
 			first.At = time.Time{} // when it returned, which no run repeats
 		}
-		if r.Spec != "differential" || r.EndState["ConfigMap/x"]["data.k"] != "v" || r.EndState["ConfigMap/x"]["data.seen"] != "yes" ||
+		if r.Spec != "differential" || r.SpecFailed || r.EndState["ConfigMap/x"]["data.k"] != "v" || r.EndState["ConfigMap/x"]["data.seen"] != "yes" ||
 			first != (perturb.RecordWrite{Writer: "op/configmap", Object: "ConfigMap/x", Verb: "patch"}) ||
 			r.Changes["ConfigMap/x"] != 2 || r.Seen["op"]["ConfigMap/x"] != 2 {
 			t.Fatalf("record %s", b)
@@ -393,6 +393,26 @@ func testPerturbation(t *testing.T, s *Suite) {
 		p.RunCleanups()
 		if p.Failed() || len(p.Reports()) != 1 || !strings.Contains(p.Reports()[0], "the test writes another value on purpose") {
 			t.Fatalf("an allowed difference: errors %q reports %q, want no failure and the reason reported", p.Errors(), p.Reports())
+		}
+		// A spec that failed on its own: the convergence oracle did not wait, so the differential oracle says
+		// the end state it compared may not have settled, and the record says the spec failed first.
+		s.exploreDir = t.TempDir()
+		p = &recordtb.TB{TestName: "differential"}
+		c1 := s.NewCase(p)
+		o1 := cm("x", false)
+		o1.Data = map[string]string{"k": "w"}
+		if err := c1.Create(o1); err != nil {
+			t.Fatal(err)
+		}
+		NewWithT(t).Eventually(seen(c1, "x")).WithTimeout(patience).Should(Equal("yes"))
+		p.Errorf("the spec's own assertion")
+		p.RunCleanups()
+		want := "oracle differential: the spec failed before its end state settled; the end state differs from the unperturbed run's in 1 fields:\n    ConfigMap/x data.k: v -> w"
+		if !strings.Contains(strings.Join(p.Errors(), "\n"), want) {
+			t.Fatalf("a spec that failed first: cleanup errors %q, want %q", p.Errors(), want)
+		}
+		if r, b := onlyRecord(t, s.exploreDir); !r.SpecFailed || !r.Failed {
+			t.Fatalf("a spec that failed first: record %s, want specFailed", b)
 		}
 	})
 }

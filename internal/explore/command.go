@@ -34,8 +34,11 @@
 //     test process: ENSEMBLE_PERTURB=point|point|..., a run of the spec each (suite.Runs), with
 //     ENSEMBLE_BASELINE=the two baselines' records. Ginkgo ends the process at the first failing run; the
 //     points after it go to the next process. Each run's record (perturb.Record.Run) judges it: pass, fail,
-//     not reached (the point never fired) or error (the run could not be judged); its first difference is
-//     the differential oracle's first field, else the failure's first line.
+//     not reached (the point never fired) or error (the run could not be judged). Its failure and first
+//     difference are the spec's own failure's first line when the spec failed before its case's cleanup
+//     (perturb.Record.SpecFailed: the oracles after it judged an end state that never settled, and the
+//     differential oracle's first field, when it failed, is kept as the row's Differential); otherwise its
+//     first difference is the differential oracle's first field, else the failure's first line.
 //
 // -until REGEXP, given once or more, stops taking points once each regexp has matched the failure or first
 // difference of a failing point (the points under way finish), and says for each the first point, in the
@@ -277,9 +280,10 @@ type Found struct {
 	Elapsed Duration `json:",omitempty"`
 }
 
-// matches says row failed with a failure, first difference or other failure re matches.
+// matches says row failed with a failure, first difference, differential field or other failure re
+// matches.
 func matches(re *regexp.Regexp, row Row) bool {
-	return row.Verdict == Fail && re.MatchString(strings.Join(append([]string{row.Failure, row.Difference}, row.Others...), "\n"))
+	return row.Verdict == Fail && re.MatchString(strings.Join(append([]string{row.Failure, row.Difference, row.Differential}, row.Others...), "\n"))
 }
 
 // found is what each of until came to over rows (in their order).
@@ -616,6 +620,9 @@ func report(out io.Writer, x Exploration, took []time.Duration, pointsWall time.
 			}
 			if r.Difference != r.Failure {
 				fmt.Fprintf(out, "  first difference: %s\n", r.Difference)
+			}
+			if r.Differential != "" && r.Differential != r.Difference {
+				fmt.Fprintf(out, "  differential (after the spec failed, its end state unsettled): %s\n", r.Differential)
 			}
 			if r.Timeline != "" {
 				fmt.Fprintf(out, "  timeline: %s\n", r.Timeline)

@@ -604,12 +604,18 @@ const (
 // Outcome is what one run of a point on a spec came to.
 type Outcome struct {
 	Verdict string
-	// Failure is the failure's first line (the record's first cleanup failure, else the Ginkgo report's
-	// failure message), or why the run could not be judged; empty for a pass.
+	// Failure is the failure's first line, or why the run could not be judged; empty for a pass. When the
+	// spec failed on its own before its case's cleanup (perturb.Record.SpecFailed: an assertion of its
+	// body), it is that failure (the Ginkgo report's); else the record's first cleanup failure (an oracle's,
+	// an invariant's), else the Ginkgo report's failure message.
 	Failure string `json:",omitempty"`
-	// Difference is the first field the differential oracle names ("Kind/name path: want -> got"), else
-	// Failure.
+	// Difference is what the table shows: Failure when the spec failed on its own (the oracles after it
+	// judged an end state that never settled), else the first field the differential oracle names
+	// ("Kind/name path: want -> got"), else Failure.
 	Difference string `json:",omitempty"`
+	// Differential is the first field the differential oracle names whenever it failed (Difference's, unless
+	// the spec failed on its own first), else empty.
+	Differential string `json:",omitempty"`
 	// Others are the first lines of the run's other failures, the spec's own and its oracles', each once:
 	// a spec that failed its own assertion and then an oracle in its cleanup has both.
 	Others []string `json:",omitempty"`
@@ -637,9 +643,9 @@ func judge(spec string, records []perturb.Record, reports []types.Report, report
 		return Outcome{Verdict: Error, Failure: reportErr.Error(), Difference: reportErr.Error()}
 	}
 	var (
-		o                     Outcome
-		recorded, ran, failed bool
-		recordFails, itFails  []string // the spec's failure texts: its records' and its It node's
+		o                                 Outcome
+		recorded, ran, failed, specFailed bool
+		recordFails, itFails              []string // the spec's failure texts: its records' and its It node's
 	)
 	for _, r := range records {
 		if r.Spec != spec {
@@ -647,6 +653,7 @@ func judge(spec string, records []perturb.Record, reports []types.Report, report
 		}
 		recorded = true
 		failed = failed || r.Failed || len(r.Failures) > 0
+		specFailed = specFailed || r.SpecFailed
 		o.Fired = append(o.Fired, r.Fired...)
 		recordFails = append(recordFails, r.Failures...)
 	}
@@ -685,8 +692,13 @@ func judge(spec string, records []perturb.Record, reports []types.Report, report
 			}
 		}
 	}
+	// A spec that failed on its own failed first: its report's failure is that one (a cleanup's failures
+	// after it are additional ones), and the oracles after it judged an end state that never settled.
+	specFailed = specFailed && len(itFails) > 0
 	first := ""
 	switch {
+	case specFailed:
+		first = firstLine(itFails[0])
 	case len(recordFails) > 0:
 		first = firstLine(recordFails[0])
 	case len(itFails) > 0:
@@ -711,7 +723,11 @@ func judge(spec string, records []perturb.Record, reports []types.Report, report
 		o.Verdict = Pass
 	}
 	if o.Failure != "" {
-		o.Difference = difference(append(itFails, recordFails...), o.Failure)
+		o.Differential = differentialField(append(itFails, recordFails...))
+		o.Difference = o.Differential
+		if specFailed || o.Difference == "" {
+			o.Difference = o.Failure
+		}
 		for _, t := range append(itFails, recordFails...) {
 			if l := firstLine(t); l != "" && l != o.Failure && !slices.Contains(o.Others, l) {
 				o.Others = append(o.Others, l)
@@ -721,9 +737,9 @@ func judge(spec string, records []perturb.Record, reports []types.Report, report
 	return o
 }
 
-// difference is the first line after the differential oracle's "oracle differential: ..." line in texts
-// (the line's own rest when nothing follows it), else fallback.
-func difference(texts []string, fallback string) string {
+// differentialField is the first line after the differential oracle's "oracle differential: ..." line in
+// texts (the line's own rest when nothing follows it), else empty.
+func differentialField(texts []string) string {
 	rest := ""
 	for _, t := range texts {
 		lines := strings.Split(t, "\n")
@@ -742,10 +758,7 @@ func difference(texts []string, fallback string) string {
 			}
 		}
 	}
-	if rest != "" {
-		return rest
-	}
-	return fallback
+	return rest
 }
 
 func firstLine(s string) string {

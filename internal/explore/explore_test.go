@@ -357,12 +357,12 @@ func TestJudge(t *testing.T) {
 			Failures: []string{"oracle differential: the end state differs from the unperturbed run's in 2 fields:"}}},
 			failedWith("suite: hot loop: none\n"+differential, "suite: failure dump of ns written to /a/dump; timeline /a/b/timeline.html, trace-event JSON (Perfetto) /a/b/timeline.trace.json\n"), nil,
 			Outcome{Verdict: Fail, Failure: "oracle differential: the end state differs from the unperturbed run's in 2 fields:",
-				Difference: "Shard/s status.phase: Healthy -> Degraded", Fired: fired, Timeline: "/a/b/timeline.html",
+				Difference: "Shard/s status.phase: Healthy -> Degraded", Differential: "Shard/s status.phase: Healthy -> Degraded", Fired: fired, Timeline: "/a/b/timeline.html",
 				Others: []string{"suite: hot loop: none"}}},
 		{"the differential's line alone when the report lacks it", []perturb.Record{{Spec: name, Fired: fired, Failed: true,
 			Failures: []string{"oracle differential: Shard/s status.phase: Healthy -> Degraded"}}}, passed, nil,
 			Outcome{Verdict: Fail, Failure: "oracle differential: Shard/s status.phase: Healthy -> Degraded",
-				Difference: "Shard/s status.phase: Healthy -> Degraded", Fired: fired}},
+				Difference: "Shard/s status.phase: Healthy -> Degraded", Differential: "Shard/s status.phase: Healthy -> Degraded", Fired: fired}},
 		{"an assertion: the report's message", []perturb.Record{{Spec: name, Fired: fired, Failed: true}},
 			failedWith("Timed out after 30s.\nExpected Healthy", ""), nil,
 			Outcome{Verdict: Fail, Failure: "Timed out after 30s.", Difference: "Timed out after 30s.", Fired: fired}},
@@ -371,7 +371,7 @@ func TestJudge(t *testing.T) {
 			failedWith("oracle hot loop: op/shard made 40 passes\nmore", ""), nil,
 			Outcome{Verdict: Fail, Failure: "oracle hot loop: op/shard made 40 passes", Difference: "oracle hot loop: op/shard made 40 passes", Fired: fired,
 				Others: []string{"deletion hygiene: 1 object"}}},
-		{"the spec's own failure before an oracle's: both", []perturb.Record{{Spec: name, Fired: fired, Failed: true,
+		{"a record without SpecFailed (written before it was): the oracle's first", []perturb.Record{{Spec: name, Fired: fired, Failed: true,
 			Failures: []string{"oracle differential: the end state differs from the unperturbed run's in 1 fields:"}}},
 			[]types.Report{{SpecReports: []types.SpecReport{func() types.SpecReport {
 				sr := spec("shard", "heals", types.SpecStateFailed, "the Nodes of the two Machines scaled away\nExpected 3 to be 2", "")
@@ -379,8 +379,32 @@ func TestJudge(t *testing.T) {
 				return sr
 			}()}}}, nil,
 			Outcome{Verdict: Fail, Failure: "oracle differential: the end state differs from the unperturbed run's in 1 fields:",
-				Difference: "Shard/s status.phase: Healthy -> Degraded", Fired: fired,
+				Difference: "Shard/s status.phase: Healthy -> Degraded", Differential: "Shard/s status.phase: Healthy -> Degraded", Fired: fired,
 				Others: []string{"the Nodes of the two Machines scaled away", "oracle differential: the end state differs from the unperturbed run's in 2 fields:"}}},
+		{"the spec's own failure leads, the differential's first field kept", []perturb.Record{{Spec: name, Fired: fired, Failed: true, SpecFailed: true,
+			Failures: []string{"oracle differential: the spec failed before its end state settled; the end state differs from the unperturbed run's in 2 fields:"}}},
+			[]types.Report{{SpecReports: []types.SpecReport{func() types.SpecReport {
+				sr := spec("shard", "heals", types.SpecStateFailed, "scaling 1 -> 3 -> 1 makes 3 Machines\nExpected 4 to be 3", "")
+				sr.AdditionalFailures = []types.AdditionalFailure{{State: types.SpecStateFailed, Failure: types.Failure{
+					Message: strings.Replace(differential, "differential: ", "differential: the spec failed before its end state settled; ", 1)}}}
+				return sr
+			}()}}}, nil,
+			Outcome{Verdict: Fail, Failure: "scaling 1 -> 3 -> 1 makes 3 Machines", Difference: "scaling 1 -> 3 -> 1 makes 3 Machines",
+				Differential: "Shard/s status.phase: Healthy -> Degraded", Fired: fired,
+				Others: []string{"oracle differential: the spec failed before its end state settled; the end state differs from the unperturbed run's in 2 fields:"}}},
+		{"the spec's own failure and no oracle's", []perturb.Record{{Spec: name, Fired: fired, Failed: true, SpecFailed: true}},
+			failedWith("scaling 1 -> 3 -> 1 makes 3 Machines\nExpected 4 to be 3", ""), nil,
+			Outcome{Verdict: Fail, Failure: "scaling 1 -> 3 -> 1 makes 3 Machines", Difference: "scaling 1 -> 3 -> 1 makes 3 Machines", Fired: fired}},
+		{"the spec's own failure and an invariant's", []perturb.Record{{Spec: name, Fired: fired, Failed: true, SpecFailed: true,
+			Failures: []string{"invariant \"one MachineSet\" violated: 2 MachineSets at once"}}},
+			[]types.Report{{SpecReports: []types.SpecReport{func() types.SpecReport {
+				sr := spec("shard", "heals", types.SpecStateFailed, "scaling 1 -> 3 -> 1 makes 3 Machines\nExpected 4 to be 3", "")
+				sr.AdditionalFailures = []types.AdditionalFailure{{State: types.SpecStateFailed, Failure: types.Failure{
+					Message: "invariant \"one MachineSet\" violated: 2 MachineSets at once\nmore"}}}
+				return sr
+			}()}}}, nil,
+			Outcome{Verdict: Fail, Failure: "scaling 1 -> 3 -> 1 makes 3 Machines", Difference: "scaling 1 -> 3 -> 1 makes 3 Machines", Fired: fired,
+				Others: []string{"invariant \"one MachineSet\" violated: 2 MachineSets at once"}}},
 		{"never fired", []perturb.Record{{Spec: name}}, passed, nil, Outcome{Verdict: NotReached}},
 		{"never fired and failed", []perturb.Record{{Spec: name, Failed: true}}, failedWith("boom", ""), nil,
 			Outcome{Verdict: NotReached, Failure: "boom", Difference: "boom"}},
@@ -395,7 +419,7 @@ func TestJudge(t *testing.T) {
 			[]types.Report{{SpecReports: []types.SpecReport{spec("shard", "heals", types.SpecStateFailed, differential, ""),
 				{LeafNodeType: types.NodeTypeAfterSuite, State: types.SpecStateFailed, Failure: types.Failure{Message: "sentinel changed\nx"}}}}}, nil,
 			Outcome{Verdict: Fail, Failure: "oracle differential: the end state differs from the unperturbed run's in 2 fields:",
-				Difference: "Shard/s status.phase: Healthy -> Degraded", Fired: fired, Suite: "[AfterSuite] sentinel changed"}},
+				Difference: "Shard/s status.phase: Healthy -> Degraded", Differential: "Shard/s status.phase: Healthy -> Degraded", Fired: fired, Suite: "[AfterSuite] sentinel changed"}},
 		{"no record of a passing spec", nil, passed, nil,
 			Outcome{Verdict: Error, Failure: "the spec passed but wrote no record (ENSEMBLE_EXPLORE): it makes no suite.Case"}},
 		{"no record of a failing spec", nil, failedWith("panic", ""), nil, Outcome{Verdict: Fail, Failure: "panic", Difference: "panic"}},
@@ -731,9 +755,14 @@ func TestUntilMatchesEveryFailureOfAPoint(t *testing.T) {
 		{Point: "stale@b#5", Outcome: Outcome{Verdict: Fail, Failure: "oracle differential: the end state differs in 1 fields:",
 			Difference: "Cluster/c status.replicas: 1 -> 2", Others: []string{"the Nodes of the two Machines scaled away"}}},
 		{Point: "stale@c#2", Outcome: Outcome{Verdict: Pass, Others: []string{"Nodes of the two"}}},
+		// A spec that failed on its own leads with its failure; the differential's first field still matches.
+		{Point: "stale@d#1", Outcome: Outcome{Verdict: Fail, Failure: "makes 3 Machines", Difference: "makes 3 Machines",
+			Differential: "Node/<namespace>-* : 3 objects named anew"}},
 	}
-	got := found([]*regexp.Regexp{regexp.MustCompile("Nodes of the two Machines"), regexp.MustCompile("status.replicas"), regexp.MustCompile("nothing")}, rows)
-	want := []Found{{Until: "Nodes of the two Machines", Point: "stale@b#5", Tried: 2}, {Until: "status.replicas", Point: "stale@b#5", Tried: 2}, {Until: "nothing"}}
+	got := found([]*regexp.Regexp{regexp.MustCompile("Nodes of the two Machines"), regexp.MustCompile("status.replicas"), regexp.MustCompile("nothing"),
+		regexp.MustCompile("objects named anew")}, rows)
+	want := []Found{{Until: "Nodes of the two Machines", Point: "stale@b#5", Tried: 2}, {Until: "status.replicas", Point: "stale@b#5", Tried: 2}, {Until: "nothing"},
+		{Until: "objects named anew", Point: "stale@d#1", Tried: 4}}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("found = %+v, want %+v", got, want)
 	}

@@ -54,7 +54,8 @@ for ((k = 1; k <= n; k++)); do
   case "${runs[k-1]}" in
     "") kind=base ;;
     restart@*) kind=unfired ;;
-    conflict@op/ctl:Kind/a#2) kind=fail ;;
+    # FAKE_BODY makes it a spec that failed its own assertion before the differential oracle failed.
+    conflict@op/ctl:Kind/a#2) kind=fail; [[ -z "${FAKE_BODY:-}" ]] || kind=failbody ;;
     # FAKE_FAIL2 makes a second point fail, otherwise; FAKE_FLIP makes it pass in the first process that
     # runs it and fail in the later ones.
     conflict@kubelet:Pod/p#1) kind=pass; [[ -z "${FAKE_FAIL2:-}" ]] || kind=fail2
@@ -109,6 +110,8 @@ func fake(t *testing.T) (dir, bin string) {
 	writeJSON(t, filepath.Join(dir, "record-fail.json"), failed)
 	failed.Failures = []string{"invariant \"one pod\" violated: 2 pods at once"}
 	writeJSON(t, filepath.Join(dir, "record-fail2.json"), failed)
+	failed.SpecFailed, failed.Failures = true, []string{"oracle differential: the spec failed before its end state settled; the end state differs from the unperturbed run's in 1 fields:"}
+	writeJSON(t, filepath.Join(dir, "record-failbody.json"), failed)
 	it := types.SpecReport{LeafNodeType: types.NodeTypeIt, ContainerHierarchyTexts: []string{"pool"}, LeafNodeText: `"scales" (2 -> 3)`, State: types.SpecStatePassed,
 		NumAttempts: 1, MaxMustPassRepeatedly: 1}
 	writeJSON(t, filepath.Join(dir, "report-pass.json"), []types.Report{{SuiteDescription: "fake suite", SpecReports: []types.SpecReport{it}}})
@@ -118,6 +121,11 @@ func fake(t *testing.T) (dir, bin string) {
 	bad2 := bad
 	bad2.Failure.Message = "invariant \"one pod\" violated: 2 pods at once"
 	writeJSON(t, filepath.Join(dir, "report-fail2.json"), []types.Report{{SuiteDescription: "fake suite", SpecReports: []types.SpecReport{bad2}}})
+	body := bad
+	body.Failure.Message = "scaling 2 -> 3 makes 3 pods\nExpected 4 to be 3"
+	body.AdditionalFailures = []types.AdditionalFailure{{State: types.SpecStateFailed, Failure: types.Failure{Message: "oracle differential: the spec failed before its end state settled; " +
+		"the end state differs from the unperturbed run's in 1 fields:\n  Kind/a status.phase: Ready -> Pending"}}}
+	writeJSON(t, filepath.Join(dir, "report-failbody.json"), []types.Report{{SuiteDescription: "fake suite", SpecReports: []types.SpecReport{body}}})
 	bad.Failure.Message = "Expected Ready\nmore"
 	writeJSON(t, filepath.Join(dir, "broken.json"), []types.Report{{SuiteDescription: "fake suite", SpecReports: []types.SpecReport{bad}}})
 	setup := types.SpecReport{LeafNodeType: types.NodeTypeBeforeSuite, State: types.SpecStateFailed,
@@ -383,6 +391,46 @@ func TestUntilStopsOnceEveryRegexpMatched(t *testing.T) {
 	if len(x.Rows) != 6 || len(x.Until) != 2 || x.Until[1].Point != "" || x.Until[1].Tried != 0 ||
 		!strings.Contains(out, `-until "no such failure": no point failed as it says`) {
 		t.Errorf("-until that never matches: %d rows, Until %+v, want the budget's 6\n%s", len(x.Rows), x.Until, out)
+	}
+}
+
+// A point whose spec failed its own assertion before the differential oracle failed (which compared an
+// end state that never settled) leads its row with the spec's failure; the differential oracle's first
+// field stays in the row, explore.json and the report, and -until still matches it.
+func TestASpecsOwnFailureLeadsItsRow(t *testing.T) {
+	dir, bin := fake(t)
+	t.Setenv("FAKE_BODY", "1")
+	var out bytes.Buffer
+	c := config{suite: dir, bin: bin, focus: "scales", modes: "conflict", budget: "5", points: "conflict@op/ctl:Kind/a#2", repeat: 1, jobs: 1,
+		batch: defaultBatch, timeout: time.Minute, until: untilFlags{"Ready -> Pending"}, reportDir: filepath.Join(dir, "out")}
+	x, err := run(context.Background(), c, &out)
+	if err != nil || len(x.Rows) != 1 {
+		t.Fatalf("run: %v, %+v\n%s", err, x.Rows, out.String())
+	}
+	r := x.Rows[0]
+	if r.Verdict != Fail || r.Failure != "scaling 2 -> 3 makes 3 pods" || r.Difference != r.Failure || r.Differential != "Kind/a status.phase: Ready -> Pending" {
+		t.Errorf("the row: %+v, want the spec's failure first and the differential's field kept", r)
+	}
+	if len(x.Until) != 1 || x.Until[0].Point != "conflict@op/ctl:Kind/a#2" {
+		t.Errorf("-until of the differential's field: %+v, want it found", x.Until)
+	}
+	for _, s := range []string{
+		"conflict@op/ctl:Kind/a#2  conflict  fail     scaling 2 -> 3 makes 3 pods\n",
+		"\n  scaling 2 -> 3 makes 3 pods\n  differential (after the spec failed, its end state unsettled): Kind/a status.phase: Ready -> Pending\n",
+	} {
+		if !strings.Contains(out.String(), s) {
+			t.Errorf("the output lacks %q:\n%s", s, out.String())
+		}
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "out", "explore.json"))
+	var back struct {
+		Rows []struct{ Difference, Differential string }
+	}
+	if err == nil {
+		err = json.Unmarshal(b, &back)
+	}
+	if err != nil || len(back.Rows) != 1 || back.Rows[0].Difference != "scaling 2 -> 3 makes 3 pods" || back.Rows[0].Differential != "Kind/a status.phase: Ready -> Pending" {
+		t.Errorf("explore.json: %v, %+v", err, back.Rows)
 	}
 }
 

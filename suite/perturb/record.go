@@ -65,6 +65,11 @@ type Record struct {
 	// scripts, invariants, deletion hygiene), first lines only.
 	Failed   bool     `json:"failed"`
 	Failures []string `json:"failures,omitempty"`
+	// SpecFailed says the test had already failed when the case's cleanup began: the spec failed on its own
+	// (an assertion of its body), before the cleanup's checks. The convergence oracle then did not wait for
+	// the end state to settle, so the differential oracle compared an unsettled one, and make explore leads
+	// the point's row with the spec's failure (false in records written before it was recorded).
+	SpecFailed bool `json:"specFailed,omitempty"`
 }
 
 // RecordWrite is one write of a Record: its writer ("manager/controller", or the manager alone outside a

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -144,6 +145,20 @@ func TestTable(t *testing.T) {
 		if !strings.Contains(out.String(), s) {
 			t.Errorf("the table lacks %q:\n%s", s, out.String())
 		}
+	}
+}
+
+// TestRowTextHoldsTheDifferential: a row led by the spec's own failure keeps the differential oracle's
+// first field apart (explore's Differential), and an entry's expect still matches it.
+func TestRowTextHoldsTheDifferential(t *testing.T) {
+	var x exploration
+	if err := json.Unmarshal([]byte(`{"Rows":[{"Point":"stale@op/d#1","Verdict":"fail","Failure":"makes 3 Machines of MachineSet ms",
+		"Difference":"makes 3 Machines of MachineSet ms","Differential":"Node: 3 objects named anew, 2 in the unperturbed runs"}]}`), &x); err != nil {
+		t.Fatal(err)
+	}
+	re := regexp.MustCompile("Node: 3 objects named anew")
+	if got := lineWith(x.Rows[0].text(), re); got != "Node: 3 objects named anew, 2 in the unperturbed runs" {
+		t.Errorf("lineWith(text) = %q, want the differential's first field", got)
 	}
 }
 

@@ -377,13 +377,14 @@ func fixedVersions(g []Entry, rows []Row) []string {
 
 // exploreRow is what bugs reads of a row of explore.json.
 type exploreRow struct {
-	Point, Verdict, Failure, Difference string
-	Others                              []string
+	Point, Verdict, Failure, Difference, Differential string
+	Others                                            []string
 }
 
-// text is every failure line the row holds, one a line: its failure, first difference and other failures.
+// text is every failure line the row holds, one a line: its failure, first difference, the differential
+// oracle's first field and other failures (explore's -until matches the same).
 func (r exploreRow) text() string {
-	return strings.Join(append([]string{r.Failure, r.Difference}, r.Others...), "\n")
+	return strings.Join(append([]string{r.Failure, r.Difference, r.Differential}, r.Others...), "\n")
 }
 
 // exploreFound is what bugs reads of one -until's finding in explore.json: the point ("" when none
