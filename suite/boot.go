@@ -432,8 +432,9 @@ func (s *Suite) Interrupted() bool { return s.interrupted.Load() }
 // not come up within Options.StartTimeout, a nil Scheme, an empty, duplicate or reserved manager name, a
 // controller that cannot be wrapped, a manager that fails to register or start, an external system with an
 // empty, duplicate or unwritable name or without Down or Slow, an ENSEMBLE_TIMELINE that is neither 1 nor a
-// regexp, an ENSEMBLE_PERTURB, ENSEMBLE_MUTANTS or ENSEMBLE_MUTANTS_SKIP that does not parse, a webhook path that does not exist or holds no configuration, a configured webhook or conversion no
-// manager registers a handler for, webhooks the API server does not call within Options.StartTimeout, an
+// regexp, an ENSEMBLE_PERTURB, ENSEMBLE_MUTANTS or ENSEMBLE_MUTANTS_SKIP that does not parse, a webhook path
+// that does not exist or holds no configuration, a configured webhook or conversion no manager registers a
+// handler for, webhooks the API server does not call within Options.StartTimeout, an
 // interrupt. With pins.ListEnvVar set Boot writes a listing of Options.Pins to the file it names, boots
 // nothing and returns an error that says so (`ensemble defect-matrix` learns the suite's catalog that way).
 // Whatever Boot started is stopped before it returns an error.
